@@ -1,0 +1,184 @@
+"""The dump format: entry names, data file names, dump.json layout and JSON style.
+
+This module is the single definition of msprobe's dump layout. The PyTorch and MindSpore dumpers
+write with it and the reader in :mod:`generators` parses with it. It imports only the standard library.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+# --- directory layout ------------------------------------------------------------------------------
+DUMP_JSON = "dump.json"
+STACK_JSON = "stack.json"
+CONSTRUCT_JSON = "construct.json"
+TENSOR_DIR = "dump_tensor_data"
+JOURNAL = "dump.journal"          # our crash-safe append-only log beside dump.json (see repair)
+
+DIR_MODE = 0o750
+FILE_MODE = 0o640
+
+TOP_LEVEL_KEYS = ("task", "level", "framework", "dump_data_dir", "data")
+
+# --- names -----------------------------------------------------------------------------------------
+FORWARD = "forward"
+BACKWARD = "backward"
+DIRECTIONS = (FORWARD, BACKWARD)
+PARAMETERS_GRAD = "parameters_grad"
+
+TORCH_API_PREFIXES = ("Functional", "Tensor", "Torch", "NPU", "Aten", "VF", "Distributed")
+MINDSPORE_API_PREFIXES = ("Functional", "Tensor", "Primitive", "Mint", "MintFunctional", "Jit", "Distributed")
+MODULE_PREFIXES = ("Module", "Cell")
+COMMUNICATION_PREFIXES = ("Distributed",)
+
+# data_name categories
+CAT_INPUT = "input"
+CAT_KWARGS = "kwargs"
+CAT_OUTPUT = "output"
+
+
+@dataclass(frozen=True)
+class EntryName:
+    """A parsed dump.json entry key.
+
+    kind is "api", "module" (Module/Cell), "parameters_grad" or "jit".
+    For APIs, ``api`` may contain dots (``linalg.vector_norm``, ``add.Tensor``).
+    """
+
+    key: str
+    kind: str
+    prefix: str
+    api: str            # API name, or "{attr_path}.{ClassName}" for modules
+    index: Optional[int]
+    direction: Optional[str]
+
+    @property
+    def api_call(self) -> str:
+        """``{Prefix}.{api}.{index}``: the name shared by a call's forward and backward entries."""
+        if self.kind == "api":
+            return f"{self.prefix}.{self.api}.{self.index}"
+        if self.kind == "jit" and self.index is None:
+            return f"{self.prefix}.{self.api}"
+        return self.key.rsplit(".", 2)[0] if self.kind == "module" else self.key
+
+
+class NameError_(ValueError):
+    """An entry key that does not follow the naming grammar."""
+
+
+_INT = re.compile(r"^(0|[1-9][0-9]*)$")
+
+
+def parse_entry_key(key: str) -> EntryName:
+    """Parse a dump.json key, splitting from the right (API names may contain dots).
+
+    Raises:
+        ValueError: the key does not follow any form of the grammar; the message says which forms exist.
+    """
+    if not isinstance(key, str) or not key:
+        raise NameError_(f"entry key must be a non-empty string, got {key!r}")
+    parts = key.split(".")
+    prefix = parts[0]
+    if prefix in MODULE_PREFIXES:
+        # Module.{path}.{Class}.{direction}.{idx} or Module.{path}.{Class}.parameters_grad[.{idx}]
+        if len(parts) >= 4 and parts[-1] == PARAMETERS_GRAD:
+            return EntryName(key, "parameters_grad", prefix, ".".join(parts[1:-1]), None, None)
+        if len(parts) >= 5 and parts[-2] == PARAMETERS_GRAD and _INT.match(parts[-1]):
+            return EntryName(key, "parameters_grad", prefix, ".".join(parts[1:-2]), int(parts[-1]), None)
+        if len(parts) >= 5 and parts[-2] in DIRECTIONS and _INT.match(parts[-1]):
+            return EntryName(key, "module", prefix, ".".join(parts[1:-2]), int(parts[-1]), parts[-2])
+        raise NameError_(
+            f"module entry {key!r} must look like '{prefix}.<path>.<Class>.<forward|backward>.<index>'")
+    if prefix == "Jit" and len(parts) == 3 and parts[-1] in DIRECTIONS:
+        return EntryName(key, "jit", prefix, parts[1], None, parts[-1])
+    if len(parts) < 4 or parts[-1] not in DIRECTIONS or not _INT.match(parts[-2]):
+        raise NameError_(
+            f"API entry {key!r} must look like '<Prefix>.<api>.<index>.<forward|backward>'")
+    kind = "jit" if prefix == "Jit" else "api"
+    return EntryName(key, kind, prefix, ".".join(parts[1:-2]), int(parts[-2]), parts[-1])
+
+
+def api_call_name(prefix: str, api: str, index: int) -> str:
+    return f"{prefix}.{api}.{index}"
+
+
+def api_entry_key(prefix: str, api: str, index: int, direction: str) -> str:
+    return f"{prefix}.{api}.{index}.{direction}"
+
+
+def module_entry_key(prefix: str, path: str, cls: str, direction: str, index: int) -> str:
+    return f"{prefix}.{path}.{cls}.{direction}.{index}"
+
+
+def data_name(entry_key: str, category: str, path: tuple, ext: str) -> str:
+    """File name of a dumped tensor: ``{entry_key}.{category}.{path}{ext}`` (0-based positions)."""
+    return ".".join([entry_key, category, *(str(p) for p in path)]) + ext
+
+
+def output_row_name(api_call: str, direction: str, i: int) -> str:
+    """Name of one compared output in the details CSV: ``{api_call}.{direction}.output.{i}``."""
+    return f"{api_call}.{direction}.output.{i}"
+
+
+def step_rank_dir(dump_path: str, step: int, rank: Optional[int]) -> str:
+    return os.path.join(dump_path, f"step{step}", "rank" if rank is None else f"rank{rank}")
+
+
+# --- tensor items ----------------------------------------------------------------------------------
+TORCH_TENSOR_TYPE = "torch.Tensor"
+MINDSPORE_TENSOR_TYPE = "mindspore.Tensor"
+TENSOR_TYPES = (TORCH_TENSOR_TYPE, MINDSPORE_TENSOR_TYPE)
+STAT_KEYS = ("Max", "Min", "Mean", "Norm")
+
+# dtype strings as written by each framework -> canonical torch dtype name (without "torch.")
+TORCH_DTYPES = {
+    "torch.float32": "float32", "torch.float": "float32", "torch.float16": "float16", "torch.half": "float16",
+    "torch.bfloat16": "bfloat16", "torch.float64": "float64", "torch.double": "float64",
+    "torch.int64": "int64", "torch.long": "int64", "torch.int32": "int32", "torch.int": "int32",
+    "torch.int16": "int16", "torch.short": "int16", "torch.int8": "int8", "torch.uint8": "uint8",
+    "torch.bool": "bool", "torch.complex64": "complex64", "torch.complex128": "complex128",
+    "torch.float8_e4m3fn": "float8_e4m3fn", "torch.float8_e5m2": "float8_e5m2",
+}
+MINDSPORE_DTYPES = {
+    "Float32": "float32", "Float16": "float16", "BFloat16": "bfloat16", "Float64": "float64",
+    "Int64": "int64", "Int32": "int32", "Int16": "int16", "Int8": "int8", "UInt8": "uint8",
+    "Bool": "bool", "Complex64": "complex64", "Complex128": "complex128",
+}
+
+
+def canonical_dtype(dtype_str: Any) -> Optional[str]:
+    """Canonical dtype name for a dumped dtype string of either framework, or None if unknown."""
+    if not isinstance(dtype_str, str):
+        return None
+    return TORCH_DTYPES.get(dtype_str) or MINDSPORE_DTYPES.get(dtype_str)
+
+
+# --- JSON style ------------------------------------------------------------------------------------
+def dumps_json(obj: Any) -> str:
+    """msprobe's JSON style: indent=1, ASCII-escaped, NaN/Infinity literals allowed."""
+    return json.dumps(obj, indent=1, ensure_ascii=True, allow_nan=True)
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Write ``obj`` to ``path`` via a temporary file and rename, so readers never see half a file."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(dumps_json(obj))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def json_number(x: Any) -> Any:
+    """A statistic as JSON wants it: python float/int/bool, NaN and inf kept (written as NaN/Infinity)."""
+    if isinstance(x, bool) or x is None:
+        return x
+    if isinstance(x, int):
+        return x
+    x = float(x)
+    return x if math.isfinite(x) or math.isnan(x) or math.isinf(x) else None

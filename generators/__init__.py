@@ -1,0 +1,1 @@
+"""dump.json -> replayable cases: loading, real data, random data (Hypothesis strategies)."""

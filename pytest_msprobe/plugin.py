@@ -1,0 +1,1 @@
+"""pytest hooks of pytest-msprobe (placeholder until the checker lands)."""

@@ -1,0 +1,1 @@
+"""CSV writers and readers: accuracy-check result/details, NPU-vs-GPU compare."""

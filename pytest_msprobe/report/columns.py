@@ -1,0 +1,40 @@
+"""Exact CSV headers of msprobe's files (code headers, spec precision-standard.md sections 5.7 and 6.2)."""
+from __future__ import annotations
+
+BLANK = " "   # msprobe's SPACE: an unused cell holds one ASCII space
+
+RESULT_HEADER = ["API name", "Forward Test Success", "Backward Test Success", "Message"]
+
+DETAILS_HEADER = [
+    "API Name", "Bench Dtype", "DEVICE Dtype", "Shape",
+    "余弦相似度", "最大绝对误差", "双百指标", "双千指标", "双万指标",
+    "二进制一致错误率", "误差均衡性", "均方根误差", "小值域错误占比",
+    "相对误差最大值", "相对误差平均值",
+    "inf/nan错误率", "相对误差错误率", "绝对误差错误率",
+    "ULP误差最大值", "ULP误差平均值", "ULP误差大于阈值占比",
+    "Status", "Message",
+]
+
+# keys of DetailRow metric fields, in DETAILS_HEADER order (columns 5..21)
+DETAIL_METRIC_FIELDS = [
+    "cosine", "max_abs_err", "hundred_ratio", "thousand_ratio", "ten_thousand_ratio",
+    "binary_error_rate", "error_balance", "rmse", "small_value_err_ratio",
+    "max_rel_err", "mean_rel_err",
+    "inf_nan_error_rate", "rel_err_error_rate", "abs_err_error_rate",
+    "ulp_max", "ulp_mean", "ulp_above_threshold_ratio",
+]
+
+APC_RESULT_HEADER = ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
+
+APC_DETAILS_HEADER = [
+    "API Name", "小值域错误比值", "小值域判定结果", "均方根误差比值", "均方根误差判定结果",
+    "相对误差最大值比值", "相对误差最大值判定结果", "相对误差平均值比值", "相对误差平均值判定结果",
+    "误差均衡性比值", "误差均衡性判定结果", "inf/nan错误率", "inf/nan判定结果",
+    "相对误差错误率", "相对误差判定结果", "绝对误差错误率", "绝对误差判定结果",
+    "二进制一致错误率", "二进制一致错误率判定结果", "ULP误差平均值", "ULP误差大于阈值占比",
+    "ULP误差大于阈值占比比值", "ULP误差判定结果", "双千指标", "双千指标判定结果",
+    "比对结果", "比对算法", "Message",
+]
+
+# Extra trailing column we add to both acc-check CSVs: which data mode produced the row.
+DATA_MODE_COLUMN = "Data Mode"
