@@ -1,0 +1,204 @@
+"""Self-contained HTML report of an accuracy-check run.
+
+Reads the run's ``accuracy_checking_result_*.csv`` / ``accuracy_checking_details_*.csv`` (ours or msprobe's)
+and, when given, the dump's ``stack.json``; renders one HTML file with a Jinja2 template and matplotlib plots
+embedded as PNG data URIs, so it opens offline and can be attached to a bug report. Everything taken from the
+CSVs or the dump is escaped by Jinja2's autoescaping.
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from .columns import DETAILS_HEADER
+
+STATUS_ORDER = ("error", "warning", "skip", "pass")
+# metrics shown per failing output, in the order a user reads them
+KEY_METRICS = ("余弦相似度", "最大绝对误差", "双百指标", "双千指标", "双万指标", "均方根误差",
+               "相对误差最大值", "ULP误差最大值")
+METRIC_LABELS = {
+    "余弦相似度": "cosine", "最大绝对误差": "max abs err", "双百指标": "ratio rel<0.01",
+    "双千指标": "ratio rel<0.001", "双万指标": "ratio rel<0.0001", "均方根误差": "RMSE",
+    "相对误差最大值": "max rel err", "ULP误差最大值": "max ULP", "二进制一致错误率": "binary err rate",
+    "误差均衡性": "error balance", "小值域错误占比": "small-value err ratio", "相对误差平均值": "mean rel err",
+}
+
+
+def read_csv_rows(path: str) -> List[Dict[str, str]]:
+    """Rows of an msprobe-style CSV as dicts (BOM and CRLF tolerated; short rows padded with '')."""
+    with open(path, encoding="utf-8-sig", newline="") as fh:
+        reader = csv.reader(fh)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise ValueError(f"{path}: the file is empty; expected a header row") from None
+        rows = []
+        for rec in reader:
+            if not rec:
+                continue
+            rec = rec + [""] * (len(header) - len(rec))
+            rows.append(dict(zip(header, rec)))
+    return rows
+
+
+def norm_status(s: str) -> str:
+    s = (s or "").strip().lower()
+    return s if s in STATUS_ORDER else ("" if not s else s)
+
+
+def _num(text: str) -> Optional[float]:
+    try:
+        x = float(text)
+    except (TypeError, ValueError):
+        return None
+    return x
+
+
+def load_stacks(dump_dir: Optional[str]) -> Dict[str, List[str]]:
+    """Map forward entry key -> stack lines, for both stack.json shapes (key->lines, or grouped)."""
+    if not dump_dir:
+        return {}
+    path = os.path.join(dump_dir, "stack.json") if os.path.isdir(dump_dir) else dump_dir
+    if not os.path.isfile(path) or os.path.getsize(path) > 256 * 1024 * 1024:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    stacks: Dict[str, List[str]] = {}
+    if not isinstance(data, dict):
+        return stacks
+    for key, value in data.items():
+        if (isinstance(value, list) and len(value) == 2 and isinstance(value[0], list)
+                and isinstance(value[1], list)):
+            for name in value[0]:
+                stacks[str(name)] = [str(x) for x in value[1]]
+        elif isinstance(value, list):
+            stacks[str(key)] = [str(x) for x in value]
+    return stacks
+
+
+@dataclass
+class ApiView:
+    name: str
+    forward: str
+    backward: str
+    message: str
+    status: str
+    rows: List[Dict[str, str]] = field(default_factory=list)
+    failing: List[str] = field(default_factory=list)
+    stack: List[str] = field(default_factory=list)
+    cosine: Optional[float] = None
+    max_abs: Optional[float] = None
+
+
+def _api_status(fwd: str, bwd: str) -> str:
+    statuses = {norm_status(fwd), norm_status(bwd)}
+    for s in STATUS_ORDER:
+        if s in statuses:
+            return s
+    return "pass"
+
+
+def build_views(result_rows, details_rows, stacks) -> List[ApiView]:
+    by_api: Dict[str, List[Dict[str, str]]] = {}
+    for row in details_rows:
+        name = row.get("API Name", "")
+        parts = name.split(".")
+        api = ".".join(parts[:-3]) if len(parts) > 3 else name
+        by_api.setdefault(api, []).append(row)
+    views = []
+    for row in result_rows:
+        name = row.get("API name") or row.get("API Name") or ""
+        fwd, bwd = row.get("Forward Test Success", ""), row.get("Backward Test Success", "")
+        view = ApiView(name, fwd.strip(), bwd.strip(), row.get("Message", ""), _api_status(fwd, bwd))
+        view.rows = by_api.get(name, [])
+        for d in view.rows:
+            if norm_status(d.get("Status", "")) in ("error", "warning"):
+                msg = (d.get("Message") or "").strip().splitlines()
+                view.failing.append(f"{d.get('API Name', '')}: {msg[-1] if msg else d.get('Status')}")
+        cos = [_num(d.get("余弦相似度", "")) for d in view.rows]
+        cos = [c for c in cos if c is not None and not math.isnan(c)]
+        view.cosine = min(cos) if cos else None
+        mae = [_num(d.get("最大绝对误差", "")) for d in view.rows]
+        mae = [m for m in mae if m is not None and not math.isnan(m)]
+        view.max_abs = max(mae) if mae else None
+        view.stack = stacks.get(f"{name}.forward", [])
+        views.append(view)
+    order = {s: i for i, s in enumerate(STATUS_ORDER)}
+    views.sort(key=lambda v: (order.get(v.status, 9), -(v.max_abs or 0.0)))
+    return views
+
+
+def _plot_png(views: List[ApiView]) -> Optional[str]:
+    """Bar charts of per-API worst cosine and max abs error, as a base64 PNG data URI."""
+    pts = [v for v in views if v.cosine is not None or v.max_abs is not None]
+    if not pts:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = pts[:60]
+    colors = {"error": "#d62728", "warning": "#ff7f0e", "pass": "#2ca02c", "skip": "#7f7f7f"}
+    fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.25 * len(pts) + 3), 7), sharex=True)
+    x = range(len(pts))
+    c = [colors.get(v.status, "#1f77b4") for v in pts]
+    axes[0].bar(x, [max(1 - (v.cosine if v.cosine is not None else 1.0), 1e-16) for v in pts], color=c)
+    axes[0].axhline(0.01, color="k", ls="--", lw=1, label="cosine 0.99 threshold")
+    axes[0].set_ylabel("1 - cosine")
+    axes[0].set_yscale("log")
+    axes[0].set_ylim(1e-16, 1.0)
+    axes[0].legend(loc="upper right")
+    axes[1].bar(x, [max(v.max_abs or 0.0, 1e-12) for v in pts], color=c)
+    axes[1].axhline(0.001, color="k", ls="--", lw=1, label="max abs err 0.001")
+    axes[1].set_ylabel("max abs error")
+    axes[1].set_yscale("log")
+    axes[1].set_ylim(1e-12, max([1.0] + [v.max_abs or 0.0 for v in pts]) * 2)
+    axes[1].legend(loc="upper right")
+    axes[1].set_xticks(list(x))
+    axes[1].set_xticklabels([v.name for v in pts], rotation=90, fontsize=7)
+    fig.suptitle("Per-API error (worst output); red = error, orange = warning, green = pass")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def render_report(result_csv: str, details_csv: Optional[str] = None, out_path: Optional[str] = None, *,
+                  dump_dir: Optional[str] = None, title: str = "pytest-msprobe accuracy report",
+                  extra: Optional[Dict[str, str]] = None) -> str:
+    """Render the HTML report and write it to ``out_path`` (default beside the result CSV). Returns the path."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    if details_csv is None:
+        details_csv = os.path.join(os.path.dirname(result_csv),
+                                   os.path.basename(result_csv).replace("result", "details"))
+    result_rows = read_csv_rows(result_csv)
+    details_rows = read_csv_rows(details_csv) if os.path.isfile(details_csv) else []
+    views = build_views(result_rows, details_rows, load_stacks(dump_dir))
+    counts = {s: sum(1 for v in views if v.status == s) for s in STATUS_ORDER}
+    env = Environment(loader=PackageLoader("pytest_msprobe.report", "templates"),
+                      autoescape=select_autoescape(["html", "j2"]))
+    html = env.get_template("report.html.j2").render(
+        title=title, views=views, counts=counts, total=len(views), plot=_plot_png(views),
+        result_csv=os.path.abspath(result_csv), details_csv=os.path.abspath(details_csv),
+        columns=[c for c in DETAILS_HEADER if c not in ("API Name", "Message")],
+        labels=METRIC_LABELS, extra=extra or {},
+    )
+    if out_path is None:
+        out_path = os.path.join(os.path.dirname(os.path.abspath(result_csv)),
+                                os.path.basename(result_csv).replace("accuracy_checking_result", "report")
+                                .rsplit(".", 1)[0] + ".html")
+    fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(html)
+    return out_path

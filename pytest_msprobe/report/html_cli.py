@@ -1,0 +1,24 @@
+"""`pytest-msprobe html-report`: render the HTML report of an accuracy-check run."""
+from __future__ import annotations
+
+import argparse
+
+DESCRIPTION = ("Render a single self-contained HTML report (counts, sortable API table, per-API metrics, "
+               "call stacks, plots) from an accuracy-check result CSV and its details twin.")
+EPILOG = ("example:\n  pytest-msprobe html-report out/accuracy_checking_result_20261130120000.csv "
+          "--dump dump/step0/rank -o report.html")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("result_csv", help="accuracy_checking_result_*.csv (ours or msprobe's)")
+    parser.add_argument("--details", help="the details CSV (default: the result CSV's details twin)")
+    parser.add_argument("--dump", help="dump directory holding stack.json, to show each API's call stack")
+    parser.add_argument("-o", "--output", help="HTML file to write (default: beside the result CSV)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .html import render_report
+
+    path = render_report(args.result_csv, args.details, args.output, dump_dir=args.dump)
+    print(f"HTML report: {path}")
+    return 0

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Run the whole test suite (installs what it needs first). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup_env.sh
+exec .venv/bin/python -m pytest -n 2 -q -p no:randomly "$@"
