@@ -1,0 +1,108 @@
+"""Throughput and memory of the per-output metrics (prints figures, asserts nothing).
+
+Usage: python benchmarks/metrics_throughput.py [--n 1e7] [--mem-n 1e8] [--skip-memory]
+
+- throughput: elements/s of one details row (compare_output, default standard) for a bf16 device output
+  of ``--n`` elements, on one thread; also each standard's metric group and all groups together;
+- memory: peak extra resident memory while comparing a ``--mem-n``-element bf16 output, measured in a
+  child process as VmHWM after the inputs exist minus VmRSS before the compare (Linux only).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+
+def _inputs(n: int):
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    bench = torch.randn(n, generator=gen, dtype=torch.float32)
+    device = (bench * (1 + 1e-3 * torch.randn(n, generator=gen))).bfloat16()
+    return bench, device
+
+
+def _best(fn, repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def throughput(n: int) -> None:
+    import torch
+
+    from pytest_msprobe.precision import metrics as M
+    from pytest_msprobe.precision import standards as S
+    from pytest_msprobe.precision.compare import _source, compare_output
+
+    torch.set_num_threads(1)
+    bench, device = _inputs(n)
+    print(f"throughput, bf16 device output of {n:.0e} elements, 1 thread, chunk {M.CHUNK}")
+    for api, label in (("gelu", "benchmark"), ("linear", "ulp"), ("add", "absolute"), ("relu", "binary")):
+        t = _best(lambda api=api: compare_output(api, "x", bench, device))
+        print(f"  details row, {label:9s} standard: {t * 1e3:8.1f} ms  {n / t / 1e6:8.1f} Me/s")
+    import numpy as np
+
+    bs, ds = _source(bench, np.dtype("float32")), _source(device, np.dtype("float32"))
+    everything = {"binary": True, "small_value": S.BENCHMARK_SMALL_VALUE_1_0_4[S.BF16],
+                  "absolute": S.API_PRECISION_THRESHOLDS["add"][S.BF16], "ulp": S.ULP_PARAMS[S.BF16]}
+    t = _best(lambda: M.float_metrics(bs, ds, device_dtype=S.BF16, **everything))
+    print(f"  every metric of section 2 at once:  {t * 1e3:8.1f} ms  {n / t / 1e6:8.1f} Me/s")
+
+
+def _rss_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return -1
+
+
+def memory_child(n: int) -> None:
+    import torch
+
+    from pytest_msprobe.precision.compare import compare_output
+
+    torch.set_num_threads(1)
+    bench, device = _inputs(n)
+    import gc
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:   # reset the high-water mark
+        f.write("5")
+    before = _rss_kb("VmRSS")
+    t0 = time.perf_counter()
+    row = compare_output("gelu", "x", bench, device)
+    dt = time.perf_counter() - t0
+    peak = _rss_kb("VmHWM")
+    inputs_mb = (bench.numel() * 4 + device.numel() * 2) / 2 ** 20
+    print(f"memory, bf16 device output of {n:.0e} elements (inputs {inputs_mb:.0f} MB): "
+          f"peak extra {(peak - before) / 1024:.0f} MB, {dt:.1f} s, status {row.status}")
+
+
+def main(argv: list | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=float, default=1e7)
+    p.add_argument("--mem-n", type=float, default=1e8)
+    p.add_argument("--skip-memory", action="store_true")
+    p.add_argument("--memory-child", type=float, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.memory_child:
+        memory_child(int(a.memory_child))
+        return 0
+    throughput(int(a.n))
+    if not a.skip_memory:
+        subprocess.run([sys.executable, __file__, "--memory-child", str(a.mem_n)], check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

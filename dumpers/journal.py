@@ -1,0 +1,127 @@
+"""The crash-safe journal beside dump.json: one JSON line per recorded fact, written as it happens.
+
+Each line is written with one ``os.write`` on an ``O_APPEND`` descriptor, so a process killed at any
+point (SIGKILL included) leaves every completed line in the file; at most the last line is cut short.
+A clean ``stop()`` writes dump.json, stack.json and construct.json in full and removes the journal;
+:mod:`dumpers.repair` rebuilds the three files from a journal left by a run that died.
+
+Record kinds (``"t"``):
+
+| t | fields | meaning |
+|---|---|---|
+| ``m`` | task, level, framework, dump_data_dir | dump.json header, first line |
+| ``e`` | k (entry key), v (entry), s (stack id, optional) | one dump.json entry |
+| ``s`` | i (stack id), l (formatted frame lines) | a new call stack |
+| ``c`` | k (name), p (parent name or null) | one construct.json node |
+
+Framework-free: used by the PyTorch and MindSpore dumpers and by the repair tool.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from dumpers import format as fmt
+
+
+def _line(record: dict) -> bytes:
+    return (json.dumps(record, separators=(",", ":"), ensure_ascii=True, allow_nan=True) + "\n").encode("ascii")
+
+
+class JournalWriter:
+    """Append-only writer of journal records; every record reaches the kernel before ``write`` returns."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, fmt.FILE_MODE)
+
+    def write(self, record: dict) -> None:
+        if self._fd is None:
+            return
+        data = _line(record)
+        while data:
+            n = os.write(self._fd, data)
+            data = data[n:]
+
+    def header(self, task: str, level: str, framework: str, dump_data_dir: Optional[str]) -> None:
+        self.write({"t": "m", "task": task, "level": level, "framework": framework, "dump_data_dir": dump_data_dir})
+
+    def entry(self, key: str, value: Any, stack_id: Optional[int] = None) -> None:
+        rec = {"t": "e", "k": key, "v": value}
+        if stack_id is not None:
+            rec["s"] = stack_id
+        self.write(rec)
+
+    def stack(self, stack_id: int, lines: list) -> None:
+        self.write({"t": "s", "i": stack_id, "l": lines})
+
+    def construct(self, key: str, parent: Optional[str]) -> None:
+        self.write({"t": "c", "k": key, "p": parent})
+
+    def close(self, remove: bool = False) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if remove:
+            try:
+                os.remove(self.path)
+            except FileNotFoundError:
+                pass
+
+
+@dataclass
+class DumpState:
+    """What a journal (optionally on top of an existing dump.json) says the dump contains."""
+
+    header: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)
+    stacks: dict = field(default_factory=dict)      # stack id -> [keys, lines]
+    construct: dict = field(default_factory=dict)
+    records: int = 0
+    truncated: bool = False                          # the last line was cut short (process died mid-write)
+    bad_lines: int = 0
+
+    def dump_json(self) -> dict:
+        out = {k: self.header.get(k) for k in ("task", "level", "framework", "dump_data_dir")}
+        out["data"] = self.data
+        return out
+
+    def stack_json(self) -> dict:
+        return {str(i): [keys, lines] for i, (keys, lines) in self.stacks.items() if keys}
+
+
+def read_journal(path: str, state: Optional[DumpState] = None) -> DumpState:
+    """Replay a journal into ``state`` (a new one by default); a cut-short last line is skipped."""
+    state = state if state is not None else DumpState()
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    elif lines:
+        state.truncated = True                       # no newline at the end: the last write never finished
+    for n, line in enumerate(lines):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            if n == len(lines) - 1:
+                state.truncated = True
+            else:
+                state.bad_lines += 1
+            continue
+        state.records += 1
+        kind = rec.get("t")
+        if kind == "m":
+            state.header = {k: rec.get(k) for k in ("task", "level", "framework", "dump_data_dir")}
+        elif kind == "e":
+            state.data[rec["k"]] = rec["v"]
+            sid = rec.get("s")
+            if sid is not None:
+                state.stacks.setdefault(sid, [[], []])[0].append(rec["k"])
+        elif kind == "s":
+            state.stacks.setdefault(rec["i"], [[], []])[1] = rec["l"]
+        elif kind == "c":
+            state.construct[rec["k"]] = rec.get("p")
+    return state

@@ -1,0 +1,383 @@
+"""The PyNative dump service: counters, the on/off switch, and recording of API, primitive and cell calls.
+
+One service per debugger. Everything the service itself does (statistics, file writes) runs under the nesting
+guard, so the dumper's own MindSpore calls are never captured; an API called inside another captured API is
+neither counted nor dumped.
+"""
+from __future__ import annotations
+
+import linecache
+import logging
+import os
+import sys
+from typing import Any, Callable
+
+from dumpers import format as fmt
+from dumpers.mindspore_dump.config import MsDumpConfig
+from dumpers.mindspore_dump.filters import EntryFilter
+from dumpers.mindspore_dump.hooks import (
+    ApiPatcher,
+    PendingBackward,
+    PrimitivePatcher,
+    identity,
+    is_float_tensor,
+    is_inplace,
+    recording_grad,
+)
+from dumpers.mindspore_dump.summary import Summariser
+from dumpers.mindspore_dump.writer import StepWriter
+
+log = logging.getLogger("pytest_msprobe.mindspore")
+
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def call_stack() -> list:
+    """msprobe-style frame lines, innermost first, without the dumper's own frames."""
+    lines = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not path.startswith(_OWN_DIR):
+            source = linecache.getline(path, frame.f_lineno).strip()
+            if source:
+                lines.append(f"File {path}, line {frame.f_lineno}, in {frame.f_code.co_name}, \n {source}")
+        frame = frame.f_back
+    return lines
+
+
+def current_rank() -> int | None:
+    """The communication rank when MindSpore's collective communication is initialised, else None."""
+    try:
+        from mindspore.communication import management
+        if getattr(management.GlobalComm, "INITED", False):
+            return int(management.get_rank())
+    except (ImportError, RuntimeError, AttributeError, ValueError):
+        pass
+    return None
+
+
+class DumpService:
+    """State of one PyNative dump: which step, which hooks, and the writer of the current step."""
+
+    def __init__(self, config: MsDumpConfig) -> None:
+        self.config = config
+        self.level = config.level
+        self.apis = config.level in ("L1", "mix")
+        self.cells = config.level in ("L0", "mix")
+        self.step = 0
+        self.rank: int | None = None
+        self.pid = os.getpid()
+        self.model: Any = None
+        self.on = False
+        self.ended = False
+        self.busy = False                  # process-global nesting guard
+        self.counters: dict = {}
+        self.filter = EntryFilter(config.scope, config.list, config.data_mode)
+        self.writer: StepWriter | None = None
+        self.summariser: Summariser | None = None
+        self.api_patcher = ApiPatcher(self.call_api)
+        self.prim_patcher = PrimitivePatcher(self.call_api)
+        self._hooked_cells: set = set()
+        self._handles: list = []
+        self.fwd_stack: list = []          # keys of cells whose forward is running
+        self.bwd_stack: list = []          # keys of cells whose backward is running
+        self._pending: dict = {}           # cell forward key -> partial entry (inputs)
+        self._pending_backward: dict = {}  # id -> PendingBackward of API calls awaiting gradients
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def selected(self) -> bool:
+        """Is the current step, and this rank, to be dumped?"""
+        steps, ranks = self.config.step, self.config.rank
+        if steps and self.step not in steps:
+            return False
+        return not ranks or (self.rank is not None and self.rank in ranks)
+
+    def start(self, model: Any = None) -> bool:
+        """Switch on for the current step; returns False when this step or rank is not dumped."""
+        if self.ended or os.getpid() != self.pid:
+            return False
+        if self.config.step and self.step > max(self.config.step):
+            self.end()
+            log.info("msprobe: the last selected step (%d) is dumped; the dump is off from now on",
+                     max(self.config.step))
+            return False
+        if model is None:
+            model = self.model
+        self.model = model
+        self.rank = current_rank()
+        if not self.selected():
+            return False
+        self.busy = True
+        try:
+            _warm_up()
+            if model is not None and self.cells:
+                self._hook_cells(model)
+            if self.apis:
+                self.api_patcher.install()
+                if model is not None:
+                    self.prim_patcher.install(model)
+            if self.writer is None:
+                self.writer = StepWriter(self.config.dump_path, self.step, self.rank, self.config.task,
+                                         self.level)
+                self.summariser = Summariser(self.config.summary_mode, self.writer.tensor_dir)
+        finally:
+            self.busy = False
+        self.on = True
+        log.info("Dump switch is turned on at step %d.", self.step)
+        return True
+
+    def stop(self) -> None:
+        """Switch off, put the original APIs back and write the JSON files of the step."""
+        self.flush_backward()
+        self.on = False
+        self.api_patcher.uninstall()
+        self.prim_patcher.uninstall()
+        if self.writer is not None:
+            self.writer.flush()
+
+    def next_step(self) -> None:
+        if self.on:
+            self.stop()
+        if self.writer is not None:
+            self.writer.close()
+        self.writer = None
+        self.summariser = None
+        self.step += 1
+        self.counters.clear()
+        self.filter.reset()
+        self.fwd_stack.clear()
+        self.bwd_stack.clear()
+        self._pending.clear()
+        self._pending_backward.clear()
+
+    def end(self) -> None:
+        """Stop for good (after the last selected step, or at interpreter exit)."""
+        if self.on:
+            self.stop()
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        self.ended = True
+
+    def _next_index(self, counter: str) -> int:
+        n = self.counters.get(counter, 0)
+        self.counters[counter] = n + 1
+        return n
+
+    def _active(self) -> bool:
+        return self.on and not self.busy and os.getpid() == self.pid
+
+    # --- APIs and primitives -------------------------------------------------------------------
+    def call_api(self, prefix: str, name: str, original: Callable, args: tuple, kwargs: dict) -> Any:
+        """Run one wrapped API call, recording its forward entry and (under grad) its backward entry."""
+        if not self._active():
+            return original(*args, **kwargs)
+        self.busy = True
+        try:
+            index = self._next_index(f"{prefix}.{name}")
+            api_call = fmt.api_call_name(prefix, name, index)
+            key = f"{api_call}.{fmt.FORWARD}"
+            if self.cells:
+                self.writer.set_parent(key, self._parent())
+            want = self.filter.wants(key, api_call, fmt.FORWARD)
+            entry: dict = {}
+            if want and self.filter.wants_inputs():
+                entry["input_args"] = self.summariser.encode_list(args, key, fmt.CAT_INPUT)
+                entry["input_kwargs"] = self.summariser.encode_kwargs(kwargs, key)
+            if recording_grad() and not is_inplace(name) and _has_tensor(args):
+                out = self._run_with_grad_hooks(original, args, kwargs, api_call)
+            else:
+                out = original(*args, **kwargs)
+            if want:
+                if self.filter.wants_outputs():
+                    entry["output"] = self.summariser.encode_list(out, key, fmt.CAT_OUTPUT)
+                if entry:
+                    self.writer.add(key, entry, call_stack())
+            return out
+        finally:
+            self.busy = False
+
+    def _run_with_grad_hooks(self, original: Callable, args: tuple, kwargs: dict, api_call: str) -> Any:
+        """Run the call on identity copies of its float tensor inputs and hook those and the outputs."""
+        pending = PendingBackward(api_call, len(args), self._finish_backward)
+        call_args = list(args)
+        for i, arg in enumerate(args):
+            if is_float_tensor(arg):
+                copy = identity(arg)
+                copy.register_hook(pending.expect(True, i))
+                call_args[i] = copy
+        out = original(*call_args, **kwargs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        if not any(is_float_tensor(o) for o in outs):
+            pending.finished = True        # no gradient flows out of this call: no backward entry
+            return out
+        pending.set_outputs(len(outs))
+        for j, o in enumerate(outs):
+            if is_float_tensor(o):
+                o.register_hook(pending.expect(False, j))
+        if pending.waiting:
+            self._pending_backward[id(pending)] = pending
+        return out
+
+    def _finish_backward(self, pending: PendingBackward) -> None:
+        self._pending_backward.pop(id(pending), None)
+        self._record_backward(pending.api_call, pending.grads_of_outputs, pending.grads_of_inputs)
+
+    def flush_backward(self) -> None:
+        """Write the backward entries still waiting for a gradient (their missing grads stay null)."""
+        for pending in list(self._pending_backward.values()):
+            pending.finish()
+
+    def _record_backward(self, api_call: str, grads_of_outputs: Any, grads_of_inputs: Any) -> None:
+        if not self.on or os.getpid() != self.pid or self.writer is None:
+            return
+        was_busy, self.busy = self.busy, True
+        try:
+            key = f"{api_call}.{fmt.BACKWARD}"
+            if self.cells:
+                self.writer.set_parent(key, self._parent())
+            if not self.filter.wants(key, api_call, fmt.BACKWARD):
+                return
+            entry = {}
+            if self.filter.wants_inputs():
+                entry["input"] = self.summariser.encode_list(grads_of_outputs, key, fmt.CAT_INPUT)
+            if self.filter.wants_outputs():
+                entry["output"] = self.summariser.encode_list(grads_of_inputs, key, fmt.CAT_OUTPUT)
+            if entry:
+                self.writer.add(key, entry)
+        finally:
+            self.busy = was_busy
+
+    def _parent(self) -> str | None:
+        if self.bwd_stack:
+            return self.bwd_stack[-1]
+        return self.fwd_stack[-1] if self.fwd_stack else None
+
+    # --- cells (L0 / mix) ----------------------------------------------------------------------
+    def _hook_cells(self, model: Any) -> None:
+        for path, cell in model.cells_and_names():
+            if not path or id(cell) in self._hooked_cells:
+                continue                       # the root model itself is never hooked
+            self._hooked_cells.add(id(cell))
+            base = f"Cell.{path}.{type(cell).__name__}"
+            self._handles += [
+                cell.register_forward_pre_hook(self._cell_pre_hook(base)),
+                cell.register_forward_hook(self._cell_post_hook(base)),
+                cell.register_backward_pre_hook(self._cell_backward_pre_hook(base)),
+                cell.register_backward_hook(self._cell_backward_hook(base)),
+            ]
+
+    def remove_cell_hooks(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._hooked_cells.clear()
+
+    def _cell_pre_hook(self, base: str) -> Callable:
+        def hook(cell: Any, inputs: Any) -> None:
+            if not self._active():
+                return
+            self.busy = True
+            try:
+                index = self._next_index(f"{base}.{fmt.FORWARD}")
+                key = f"{base}.{fmt.FORWARD}.{index}"
+                self.writer.set_parent(key, self._parent())
+                self.filter.cell_started(key)
+                self.fwd_stack.append(key)
+                want = self.filter.wants(key, key, fmt.FORWARD)
+                entry = None
+                if want:
+                    entry = {}
+                    if self.filter.wants_inputs():
+                        entry["input_args"] = self.summariser.encode_list(inputs, key, fmt.CAT_INPUT)
+                        entry["input_kwargs"] = {}
+                self._pending[key] = (entry, call_stack() if want else None)
+            finally:
+                self.busy = False
+        return hook
+
+    def _cell_post_hook(self, base: str) -> Callable:
+        def hook(cell: Any, inputs: Any, outputs: Any) -> None:
+            if not self.fwd_stack or not self.fwd_stack[-1].startswith(base + "."):
+                return
+            key = self.fwd_stack.pop()
+            entry, stack = self._pending.pop(key, (None, None))
+            if self.on and self.writer is not None:
+                self.busy = True
+                try:
+                    if entry is not None:
+                        if self.filter.wants_outputs():
+                            entry["output"] = self.summariser.encode_list(outputs, key, fmt.CAT_OUTPUT)
+                        entry["parameters"] = {
+                            name: self.summariser.encode(p, key, "parameters", (name,), 1)
+                            for name, p in getattr(cell, "_params", {}).items()}
+                        self.writer.add(key, entry, stack)
+                    self.filter.cell_ended(key)
+                finally:
+                    self.busy = False
+        return hook
+
+    def _cell_backward_pre_hook(self, base: str) -> Callable:
+        def hook(cell: Any, grad_output: Any) -> None:
+            if not self.on or os.getpid() != self.pid or self.writer is None:
+                return
+            index = self._next_index(f"{base}.{fmt.BACKWARD}")
+            key = f"{base}.{fmt.BACKWARD}.{index}"
+            self.bwd_stack.append(key)
+        return hook
+
+    def _cell_backward_hook(self, base: str) -> Callable:
+        def hook(cell: Any, grad_input: Any, grad_output: Any) -> None:
+            if not self.bwd_stack or not self.bwd_stack[-1].startswith(base + "."):
+                return
+            key = self.bwd_stack.pop()
+            parent = self._parent()
+            was_busy, self.busy = self.busy, True
+            try:
+                self.writer.set_parent(key, parent)
+                forward_key = key.replace(f".{fmt.BACKWARD}.", f".{fmt.FORWARD}.")
+                if not self.filter.wants(key, forward_key, fmt.BACKWARD):
+                    return
+                entry = {}
+                if self.filter.wants_inputs():
+                    entry["input"] = self.summariser.encode_list(grad_output, key, fmt.CAT_INPUT)
+                if self.filter.wants_outputs():
+                    entry["output"] = self.summariser.encode_list(grad_input, key, fmt.CAT_OUTPUT)
+                if entry:
+                    self.writer.add(key, entry)
+            finally:
+                self.busy = was_busy
+        return hook
+
+
+_WARM = False
+
+
+def _warm_up() -> None:
+    """Run MindSpore's lazy scalar-argument set-up once, outside any capture.
+
+    With some numpy builds the first tensor-scalar operation leaves a Python error pending inside MindSpore;
+    inside a grad cell that would surface as a SystemError, so it is provoked here, once, where it is harmless.
+    """
+    global _WARM
+    if _WARM:
+        return
+    _WARM = True
+    import mindspore
+    import numpy as np
+    try:
+        t = mindspore.Tensor(np.ones((1,), np.float32))
+        _ = (t * 2.0 + 1) - t
+    except Exception as exc:  # noqa: BLE001 - only a warm-up
+        log.debug("MindSpore warm-up raised %r", exc)
+
+
+def _has_tensor(args: tuple) -> bool:
+    import mindspore
+    for a in args:
+        if isinstance(a, mindspore.Tensor):
+            return True
+        if isinstance(a, (list, tuple)) and any(isinstance(b, mindspore.Tensor) for b in a):
+            return True
+    return False

@@ -1,0 +1,103 @@
+"""The files of one step and rank: dump.json, stack.json, construct.json, and the crash-safe journal.
+
+Each recorded entry goes to ``dump.journal`` (:mod:`dumpers.journal`, shared with the PyTorch dumper) the
+moment it is recorded, so a killed process loses nothing it captured; :func:`repair` (or the project's
+``repair-dump`` command) turns a journal into the final files. ``stop()`` rewrites the three JSON files
+atomically (temporary file + rename); ``step()`` does it once more and removes the journal.
+"""
+from __future__ import annotations
+
+import os
+
+from dumpers import format as fmt
+from dumpers.journal import JournalWriter, read_journal
+
+FRAMEWORK = "mindspore"
+
+
+class StepWriter:
+    """Collects the entries of one ``step{N}/rank{R}`` directory and writes its files."""
+
+    def __init__(self, dump_path: str, step: int, rank: int | None, task: str, level: str) -> None:
+        self.dir = fmt.step_rank_dir(dump_path, step, rank)
+        self.tensor_dir = os.path.join(self.dir, fmt.TENSOR_DIR) if task == "tensor" else None
+        self.header = {"task": task, "level": level, "framework": FRAMEWORK, "dump_data_dir": self.tensor_dir}
+        self.data: dict = {}
+        self.construct: dict = {}
+        self._stack_ids: dict = {}         # tuple(frame lines) -> stack id
+        self._stack_keys: list = []        # stack id -> [keys]
+        try:
+            os.makedirs(self.dir, mode=fmt.DIR_MODE, exist_ok=True)
+            if self.tensor_dir:
+                os.makedirs(self.tensor_dir, mode=fmt.DIR_MODE, exist_ok=True)
+            self._write_files()
+            self._journal: JournalWriter | None = JournalWriter(os.path.join(self.dir, fmt.JOURNAL))
+        except OSError as exc:
+            raise OSError(f"cannot write the dump into {self.dir!r} ({exc.strerror}): "
+                          "set dump_path in config.json to a writable directory") from exc
+        self._journal.header(task, level, FRAMEWORK, self.tensor_dir)
+
+    def add(self, key: str, entry: dict, stack: list | None = None) -> None:
+        """Record one entry; ``stack`` (frame lines) is grouped with identical stacks for stack.json."""
+        self.data[key] = entry
+        sid = None
+        if stack is not None:
+            lines = tuple(stack)
+            sid = self._stack_ids.get(lines)
+            if sid is None:
+                sid = self._stack_ids[lines] = len(self._stack_keys)
+                self._stack_keys.append([])
+                if self._journal is not None:
+                    self._journal.stack(sid, list(lines))
+            self._stack_keys[sid].append(key)
+        if self._journal is not None:
+            self._journal.entry(key, entry, sid)
+
+    def set_parent(self, key: str, parent: str | None) -> None:
+        if key not in self.construct:
+            self.construct[key] = parent
+            if self._journal is not None:
+                self._journal.construct(key, parent)
+
+    def stack_json(self) -> dict:
+        """stack.json in msprobe's grouped form: ``{"0": [[keys sharing a stack], [frame lines]], ...}``."""
+        out = {}
+        for lines, sid in self._stack_ids.items():
+            if self._stack_keys[sid]:
+                out[str(sid)] = [self._stack_keys[sid], list(lines)]
+        return out
+
+    def _write_files(self) -> None:
+        fmt.write_json_atomic(os.path.join(self.dir, fmt.DUMP_JSON), {**self.header, "data": self.data})
+        fmt.write_json_atomic(os.path.join(self.dir, fmt.STACK_JSON), self.stack_json())
+        fmt.write_json_atomic(os.path.join(self.dir, fmt.CONSTRUCT_JSON), self.construct)
+
+    def flush(self) -> None:
+        """Rewrite the three JSON files in full (the journal stays until :meth:`close`)."""
+        self._write_files()
+
+    def close(self) -> None:
+        """Final write, then remove the journal: the directory is now a finished dump."""
+        self._write_files()
+        if self._journal is not None:
+            self._journal.close(remove=True)
+            self._journal = None
+
+
+def repair(step_rank_dir: str) -> int:
+    """Finish a dump directory whose process died: rebuild the JSON files from its journal.
+
+    Returns:
+        The number of entries in the repaired dump.json (0 when there was no journal).
+    """
+    path = os.path.join(step_rank_dir, fmt.JOURNAL)
+    if not os.path.isfile(path):
+        return 0
+    state = read_journal(path)
+    if not state.header:
+        raise ValueError(f"{path}: no header record; this is not a dump journal")
+    fmt.write_json_atomic(os.path.join(step_rank_dir, fmt.DUMP_JSON), state.dump_json())
+    fmt.write_json_atomic(os.path.join(step_rank_dir, fmt.STACK_JSON), state.stack_json())
+    fmt.write_json_atomic(os.path.join(step_rank_dir, fmt.CONSTRUCT_JSON), state.construct)
+    os.remove(path)
+    return len(state.data)

@@ -1,0 +1,107 @@
+"""Capture mechanisms for API calls: a TorchFunctionMode, plus torch.distributed's Python functions.
+
+``torch.*``, ``Tensor`` methods and operators, ``torch.nn.functional`` and ``torch_npu`` all reach a
+:class:`~torch.overrides.TorchFunctionMode`. Inside ``__torch_function__`` PyTorch pops the mode, so
+everything a captured API calls internally is invisible to it: nested calls are not recorded twice
+without any bookkeeping. The handler stays as small as PyTorch's own logging modes.
+
+``torch.distributed`` collectives are plain Python functions that end in c10d ops and never consult
+``__torch_function__``. They are captured by replacing the 17 listed functions on the
+``torch.distributed`` module object while the dump is on (restored by ``stop()``). That is the least
+invasive choice: a dispatch-level mode would see every aten op of the step (a cost on each of them)
+and only c10d's internal op names and argument packing, not the Python API users call.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from dumpers.torch_dump import wrap_lists
+from dumpers.torch_dump.registry import get_registry
+from dumpers.torch_dump.session import DumpSession
+
+log = logging.getLogger("pytest_msprobe.dump")
+
+# torch's own autograd machinery (``Function.apply`` returns inputs as ``Tensor.view_as`` views, e.g.
+# for full backward hooks): calls made there are bookkeeping, not the model's API calls.
+_INTERNAL_CALLERS = (os.path.join("torch", "utils", "hooks.py"), os.path.join("torch", "autograd", "function.py"))
+
+
+class ApiCaptureMode(TorchFunctionMode):
+    """Records every call of a listed API; everything else passes straight through."""
+
+    def __init__(self, session: DumpSession) -> None:
+        super().__init__()
+        self.session = session
+        self.lookup = get_registry().lookup
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        session = self.session
+        if session.busy:
+            return func(*args, **kwargs)
+        name = self.lookup(func, args)
+        if name is None or sys._getframe(1).f_code.co_filename.endswith(_INTERNAL_CALLERS):
+            return func(*args, **kwargs)
+        return session.run_api(name[0], name[1], func, args, kwargs)
+
+    # --- installation ----------------------------------------------------------------------------
+    def push(self) -> None:
+        self.__enter__()
+
+    def pop(self) -> bool:
+        """Leave the mode stack; False (mode left in place, inert) if another mode was pushed above it."""
+        stack = torch.overrides._get_current_function_mode_stack()
+        if stack and stack[-1] is self:
+            self.__exit__(None, None, None)
+            return True
+        if self in stack:
+            log.warning("msprobe dump: another TorchFunctionMode was entered after start() and is still "
+                        "active; the dumper's mode stays on the stack, inert, until that one exits.")
+        return False
+
+
+class DistributedWrappers:
+    """Replaces the listed ``torch.distributed`` functions while the dump is on."""
+
+    def __init__(self, session: DumpSession) -> None:
+        self.session = session
+        self.originals: dict = {}
+
+    def install(self) -> None:
+        if self.originals or not torch.distributed.is_available():
+            return
+        dist = torch.distributed
+        for name in wrap_lists.DISTRIBUTED:
+            orig = getattr(dist, name, None)
+            if orig is None or not callable(orig):
+                continue
+            self.originals[name] = orig
+            setattr(dist, name, self._wrap(name, orig))
+
+    def _wrap(self, name: str, orig: Any) -> Any:
+        session = self.session
+
+        @functools.wraps(orig)
+        def wrapper(*args, **kwargs):
+            if session.busy or not session.on:
+                return orig(*args, **kwargs)
+            return session.run_api("Distributed", name, orig, args, kwargs, collective=True)
+
+        wrapper.__msprobe_original__ = orig
+        return wrapper
+
+    def remove(self) -> None:
+        dist = torch.distributed
+        for name, orig in self.originals.items():
+            current = getattr(dist, name, None)
+            if getattr(current, "__msprobe_original__", None) is orig:
+                setattr(dist, name, orig)
+        self.originals.clear()

@@ -1,0 +1,247 @@
+"""Which callable is which recorded API: ``func`` object -> (prefix, api name).
+
+A :class:`~torch.overrides.TorchFunctionMode` receives the framework's own callable (``torch.relu``,
+``torch.nn.functional.linear``, ``torch.Tensor.softmax``); the registry maps it to its dump name using
+the wrap lists. Python operators are the one ambiguity: ``a * b`` reaches the mode as
+``Tensor.mul``, exactly like ``a.mul(b)``. For those callables the registry reads the instruction the
+calling frame is executing (``BINARY_OP *`` vs a call) to tell ``Tensor.__mul__`` from ``Tensor.mul``,
+the way msprobe, which wraps the dunders themselves, names them.
+"""
+from __future__ import annotations
+
+import dis
+import os
+import sys
+import types
+from typing import Any, Callable, Optional
+
+import torch
+
+from dumpers.torch_dump import wrap_lists
+
+ApiName = tuple  # (prefix, api)
+
+_SKIP_FRAME_FILES = ("torch/overrides.py", "torch/_tensor.py", "torch\\overrides.py", "torch\\_tensor.py")
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+_NAME_LOADS = ("LOAD_FAST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW")
+_CONST_LOADS = ("LOAD_CONST", "LOAD_SMALL_INT")
+
+
+def _resolve_attr(root: Any, dotted: str) -> Any:
+    obj = root
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+class ApiRegistry:
+    """Maps callables seen by the function mode to ``(prefix, api)`` dump names."""
+
+    def __init__(self) -> None:
+        self.by_func: dict = {}
+        self.tensor_names = frozenset(wrap_lists.TENSOR)
+        self.operator_funcs: dict = {}      # func -> method name, for callables an operator can reach
+        self._instr_cache: dict = {}
+        self._build()
+
+    # --- construction ------------------------------------------------------------------------
+    def _add(self, func: Any, prefix: str, name: str) -> None:
+        if func is None or not callable(func):
+            return
+        try:
+            if func in self.by_func:       # first table wins (Functional before Torch: F.conv2d is torch.conv2d)
+                return
+            self.by_func[func] = (prefix, name)
+        except TypeError:                  # unhashable callables cannot be looked up
+            pass
+
+    def _build(self) -> None:
+        import torch.nn.functional as F
+
+        for name in wrap_lists.FUNCTIONAL:
+            self._add(getattr(F, name, None), "Functional", name)
+        for name in wrap_lists.TENSOR:
+            self._add(getattr(torch.Tensor, name, None), "Tensor", name)
+        for name in wrap_lists.TORCH:
+            self._add(_resolve_attr(torch, name), "Torch", name)
+        vf = getattr(torch, "_VF", None)
+        for name in wrap_lists.VF:
+            self._add(getattr(vf, name, None), "VF", name)
+        try:
+            import torch_npu  # noqa: F401  (only present on Ascend machines)
+        except Exception:      # pragma: no cover - torch_npu is absent on CPU machines
+            torch_npu = None
+        if torch_npu is not None:  # pragma: no cover
+            for name in wrap_lists.NPU:
+                self._add(getattr(torch_npu, name, None), "NPU", name)
+        self._probe_operators()
+
+    def _probe_operators(self) -> None:
+        """Find the callables Python operators arrive as (they differ between torch versions)."""
+        from torch.overrides import TorchFunctionMode
+
+        seen: list = []
+
+        class _Probe(TorchFunctionMode):
+            def __torch_function__(self, func, types_, args=(), kwargs=None):
+                seen.append(func)
+                return func(*args, **(kwargs or {}))
+
+        a = torch.ones(2, 2)
+        b = torch.ones(2, 2)
+        ai = torch.ones(2, 2, dtype=torch.int64)
+        bi = torch.ones(2, 2, dtype=torch.int64)
+        exprs = [f"x {op} y" for op in wrap_lists.BINARY_OPERATORS if not op.endswith("=")]
+        exprs += [f"x {op} y" for op in wrap_lists.COMPARE_OPERATORS]
+        exprs += ["-x", "~y", "+x"]
+        for expr in exprs:
+            for x, y in ((a, b), (ai, bi)):
+                seen.clear()
+                try:
+                    with _Probe():
+                        eval(expr, {}, {"x": x, "y": y})
+                except Exception:
+                    pass
+                self._note_operator(seen)
+        for op in [op for op in wrap_lists.BINARY_OPERATORS if op.endswith("=")]:
+            for x, y in ((a.clone(), b), (ai.clone(), bi)):
+                seen.clear()
+                try:
+                    with _Probe():
+                        exec(f"x {op} y", {}, {"x": x, "y": y})
+                except Exception:
+                    pass
+                self._note_operator(seen)
+
+    def _note_operator(self, seen: list) -> None:
+        for func in seen:
+            name = getattr(func, "__name__", None)
+            if not isinstance(name, str) or (name.startswith("__") and name.endswith("__")):
+                continue        # arrives as its own dunder (``__getitem__``, ``__eq__``): no ambiguity
+            try:
+                self.operator_funcs[func] = name
+            except TypeError:
+                pass
+
+    # --- look-up -------------------------------------------------------------------------------
+    def lookup(self, func: Callable, args: tuple) -> Optional[ApiName]:
+        """The dump name of a call, or None when the call is not recorded."""
+        try:
+            op_method = self.operator_funcs.get(func)
+        except TypeError:
+            return None
+        if op_method is not None:
+            dunder = self._operator_dunder(args)
+            if dunder is not None:
+                return ("Tensor", dunder) if dunder in self.tensor_names else None
+        try:
+            name = self.by_func.get(func)
+        except TypeError:
+            return None
+        if name is not None:
+            return name
+        if isinstance(func, torch._ops.OpOverload):
+            if func.namespace == "aten":
+                return ("Aten", func.name().split("::", 1)[1])
+        elif isinstance(func, torch._ops.OpOverloadPacket):
+            qual = func._qualified_op_name
+            if qual.startswith("aten::"):
+                return ("Aten", qual.split("::", 1)[1])
+        return None
+
+    def _operator_dunder(self, args: tuple) -> Optional[str]:
+        """The dunder the user's frame is executing, or None when it is a plain call."""
+        frame: Optional[types.FrameType] = sys._getframe(1)
+        while frame is not None and (frame.f_code.co_filename.endswith(_SKIP_FRAME_FILES)
+                                     or frame.f_code.co_filename.startswith(_OWN_DIR)):
+            frame = frame.f_back
+        if frame is None:
+            return None
+        code, offset = frame.f_code, frame.f_lasti
+        info = self._instruction_info(code, offset)
+        if info is None:
+            return None
+        dunder, left = info
+        reflected = wrap_lists.REFLECTED.get(dunder)
+        if reflected and len(args) > 1 and not isinstance(args[1], torch.Tensor) and left is not None:
+            kind, name = left
+            if kind == "const":
+                return reflected
+            if kind == "name":
+                value = frame.f_locals.get(name, frame.f_globals.get(name))
+                if value is not None and not isinstance(value, torch.Tensor):
+                    return reflected
+        return dunder
+
+    def _instruction_info(self, code: types.CodeType, offset: int) -> Optional[tuple]:
+        key = (code, offset)
+        try:
+            return self._instr_cache[key]
+        except KeyError:
+            pass
+        info = None
+        try:
+            from dumpers.torch_dump.callargs import instruction_index
+
+            instrs = list(dis.get_instructions(code))
+            info = self._classify(instrs, instruction_index(instrs, offset))
+        except Exception:
+            info = None
+        if len(self._instr_cache) > 100_000:
+            self._instr_cache.clear()
+        self._instr_cache[key] = info
+        return info
+
+    @staticmethod
+    def _classify(instrs: list, index: int) -> Optional[tuple]:
+        ins = instrs[index]
+        op = ins.opname
+        if op == "BINARY_OP":
+            symbol = ins.argrepr
+            dunder = wrap_lists.BINARY_OPERATORS.get(symbol)
+            if dunder is None:
+                return None
+            return dunder, _left_operand(instrs, index)
+        if op == "COMPARE_OP":
+            symbol = str(ins.argval).replace("bool(", "").rstrip(")")
+            dunder = wrap_lists.COMPARE_OPERATORS.get(symbol)
+            return (dunder, None) if dunder else None
+        if op in wrap_lists.UNARY_OPERATORS:
+            return wrap_lists.UNARY_OPERATORS[op], None
+        return None
+
+
+def _left_operand(instrs: list, index: int) -> Optional[tuple]:
+    """How the left operand of the binary instruction at ``index`` was loaded, if simply."""
+    need = 1
+    j = index - 1
+    while j >= 0 and index - j < 64:
+        ins = instrs[j]
+        try:
+            need -= dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None)
+        except ValueError:
+            return None
+        if need <= 0:
+            break
+        j -= 1
+    if need != 0 or j < 1:
+        return None
+    left = instrs[j - 1]
+    if left.opname in _CONST_LOADS:
+        return ("const", None)
+    if left.opname in _NAME_LOADS and isinstance(left.argval, str):
+        return ("name", left.argval)
+    return None
+
+
+_REGISTRY: Optional[ApiRegistry] = None
+
+
+def get_registry() -> ApiRegistry:
+    """The process-wide registry (built once, on first use)."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        _REGISTRY = ApiRegistry()
+    return _REGISTRY

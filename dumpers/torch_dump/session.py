@@ -1,0 +1,368 @@
+"""One dump run: per-step state, call recording, backward hooks, and the files on disk.
+
+The capture mechanisms (function mode, module hooks, distributed wrappers) all end here:
+:meth:`DumpSession.run_api` records one API call, :meth:`DumpSession.begin`/:meth:`DumpSession.finish`
+record anything with inputs and outputs (modules). Every entry goes to the in-memory step state and,
+at once, to the journal; ``stop()`` writes dump.json, stack.json and construct.json atomically.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import types
+from typing import Any, Callable, Optional
+
+import torch
+
+from dumpers import format as fmt
+from dumpers.config import DumpConfig
+from dumpers.journal import JournalWriter
+from dumpers.torch_dump import callargs
+from dumpers.torch_dump import stack as stacklib
+from dumpers.torch_dump.encode import Encoder
+from dumpers.torch_dump.stats import StatBatch, StatCache
+from dumpers.torch_dump.writer import TensorWriter
+
+log = logging.getLogger("pytest_msprobe.dump")
+
+OPTIMIZER_NODE = "optimizer"
+
+
+class DumpPathError(OSError):
+    """dump_path cannot be created or written."""
+
+
+def first_tensor(value: Any) -> Optional[torch.Tensor]:
+    """The tensor a legacy backward hook attaches to: first dict value / first item, recursively."""
+    depth = 0
+    while not isinstance(value, torch.Tensor) and depth < 16:
+        if isinstance(value, dict):
+            value = next(iter(value.values()), None)
+        elif isinstance(value, (list, tuple)) and value:
+            value = value[0]
+        else:
+            return None
+        depth += 1
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _parts(data_mode: list, direction: str) -> tuple:
+    everything = "all" in data_mode or direction in data_mode
+    return everything or "input" in data_mode, everything or "output" in data_mode
+
+
+class Pending:
+    """A call between its start and its end: inputs summarised, output not yet known."""
+
+    __slots__ = ("key", "batch", "enc", "entry", "frames", "parent", "record", "want_out")
+
+    def __init__(self, key, batch, enc, entry, frames, parent, record, want_out):
+        self.key, self.batch, self.enc, self.entry = key, batch, enc, entry
+        self.frames, self.parent, self.record, self.want_out = frames, parent, record, want_out
+
+
+class DumpSession:
+    """State of a dump across steps; created by the debugger, used by every capture mechanism."""
+
+    def __init__(self, config: DumpConfig) -> None:
+        self.config = config
+        self.task = config.task
+        self.level = config.level
+        self.tensor_task = config.task == "tensor"
+        self.md5 = config.summary_mode == "md5"
+        self.api_list = list(config.api_list)
+        self.scope = list(config.scope)
+        self.fwd_in, self.fwd_out = _parts(config.data_mode, fmt.FORWARD)
+        self.bwd_in, self.bwd_out = _parts(config.data_mode, fmt.BACKWARD)
+        self.with_construct = config.level in ("L0", "mix")
+        self.pid = os.getpid()
+        self.step = 0
+        self.rank: Optional[int] = None
+        self.on = False
+        self.busy = False
+        self.generation = 0
+        self.failed: Optional[BaseException] = None
+        self.counters: dict = {}
+        self.parents: list = []           # module (and optimizer) calls in progress, innermost last
+        self.forward_parent: dict = {}    # module forward name -> its parent (for backward names)
+        self.cache = StatCache()
+        self.writer: Optional[TensorWriter] = None
+        self.journal: Optional[JournalWriter] = None
+        self._stack_lines: dict = {}      # frames -> formatted lines (kept across steps)
+        self._scope_on = False
+        self._reset_step_state()
+
+    # --- step state ------------------------------------------------------------------------------
+    def _reset_step_state(self) -> None:
+        self.data: dict = {}
+        self.construct: dict = {}
+        self.stack_groups: dict = {}      # frames -> [id, keys, lines]
+        self.dir: Optional[str] = None
+        self.tensor_dir: Optional[str] = None
+        self.dump_data_dir: Optional[str] = None
+        self._scope_on = False
+
+    def next_step(self) -> None:
+        """step(): counters and step state reset; hooks of the old step stop recording."""
+        self.step += 1
+        self.generation += 1
+        self.counters.clear()
+        self.parents.clear()
+        self.forward_parent.clear()
+        self.cache.clear()
+        self._reset_step_state()
+
+    # --- files -----------------------------------------------------------------------------------
+    def open_step(self) -> None:
+        """Create ``step{N}/rank{R}/`` and the initial files on the first start() of a step."""
+        if self.dir is not None:
+            if self.journal is None:
+                self.journal = JournalWriter(os.path.join(self.dir, fmt.JOURNAL))
+            return
+        path = fmt.step_rank_dir(self.config.dump_path, self.step, self.rank)
+        try:
+            os.makedirs(path, mode=fmt.DIR_MODE, exist_ok=True)
+            if self.tensor_task:
+                tdir = os.path.join(path, fmt.TENSOR_DIR)
+                os.makedirs(tdir, mode=fmt.DIR_MODE, exist_ok=True)
+                self.tensor_dir = tdir
+                self.dump_data_dir = tdir
+            self.dir = path
+            fmt.write_json_atomic(os.path.join(path, fmt.DUMP_JSON), self._dump_json())
+            fmt.write_json_atomic(os.path.join(path, fmt.STACK_JSON), {})
+            fmt.write_json_atomic(os.path.join(path, fmt.CONSTRUCT_JSON), {})
+            self.journal = JournalWriter(os.path.join(path, fmt.JOURNAL))
+            self.journal.header(self.task, self.level, "pytorch", self.dump_data_dir)
+        except OSError as exc:
+            self.dir = None
+            raise DumpPathError(f"msprobe dump: cannot write the dump directory {path!r} ({exc.strerror or exc}); "
+                                f"choose a writable dump_path in config.json or PrecisionDebugger(dump_path=...)"
+                                ) from exc
+        if self.tensor_task and self.writer is None:
+            self.writer = TensorWriter()
+
+    def _dump_json(self) -> dict:
+        return {"task": self.task, "level": self.level, "framework": "pytorch",
+                "dump_data_dir": self.dump_data_dir, "data": self.data}
+
+    def write_files(self) -> None:
+        """stop(): dump.json, stack.json, construct.json in full (atomic), journal removed."""
+        if self.dir is None:
+            return
+        if self.writer is not None:
+            self.writer.flush()
+        stack = {str(sid): [keys, lines] for sid, keys, lines in self.stack_groups.values() if keys}
+        try:
+            fmt.write_json_atomic(os.path.join(self.dir, fmt.DUMP_JSON), self._dump_json())
+            fmt.write_json_atomic(os.path.join(self.dir, fmt.STACK_JSON), stack)
+            fmt.write_json_atomic(os.path.join(self.dir, fmt.CONSTRUCT_JSON), self.construct)
+        except OSError as exc:
+            self._fail(exc)
+            return
+        if self.journal is not None:
+            self.journal.close(remove=True)
+            self.journal = None
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.failed is None:
+            self.failed = exc
+            log.error("msprobe dump: writing the dump failed (%s); dumping is switched off, training goes on. "
+                      "Free disk space or choose another dump_path.", exc)
+        self.on = False
+
+    # --- filters and structure -------------------------------------------------------------------
+    def wanted(self, key: str) -> bool:
+        """list (substring) and scope (range) filters for one entry key."""
+        if self.api_list and not any(s in key for s in self.api_list):
+            return False
+        if self.scope:
+            if key == self.scope[0]:
+                self._scope_on = True
+            on = self._scope_on
+            if key == self.scope[-1]:
+                self._scope_on = False
+            return on
+        return True
+
+    def scope_starts(self, key: str) -> None:
+        """A module range starts at the module's own start (before its inner calls)."""
+        if self.scope and key == self.scope[0]:
+            self._scope_on = True
+
+    def parent(self) -> Optional[str]:
+        return self.parents[-1] if self.parents else None
+
+    def add_construct(self, key: str, parent: Optional[str]) -> None:
+        if not self.with_construct:
+            return
+        self.construct[key] = parent
+        if self.journal is not None:
+            try:
+                self.journal.construct(key, parent)
+            except OSError as exc:
+                self._fail(exc)
+
+    def next_index(self, name: str) -> int:
+        idx = self.counters.get(name, 0)
+        self.counters[name] = idx + 1
+        return idx
+
+    # --- recording -------------------------------------------------------------------------------
+    def _tensor_hook(self, key: str) -> Optional[Callable]:
+        if not self.tensor_task:
+            return None
+        tdir, writer = self.tensor_dir, self.writer
+
+        def save(t: torch.Tensor, item: dict, path: tuple) -> None:
+            name = fmt.data_name(key, path[0], path[1:], ".pt")
+            item["data_name"] = name
+            full = os.path.join(tdir, name)
+            if len(full) > 4096 or len(name) > 255:
+                log.warning("msprobe dump: path too long, tensor file skipped: %s", name)
+                return
+            copy = t.detach().clone(memory_format=torch.contiguous_format)
+            writer.submit(full, copy)
+        return save
+
+    def begin(self, key: str, args: tuple, kwargs: dict, skip_code: Any = None) -> Pending:
+        """Start recording a forward call: filters, construct node, input summaries, stack."""
+        parent = self.parent()
+        record = self.wanted(key) and (self.fwd_in or self.fwd_out)
+        batch = enc = frames = None
+        entry: dict = {}
+        if record:
+            batch = StatBatch(self.md5, self.cache)
+            enc = Encoder(batch, self._tensor_hook(key))
+            if self.fwd_in:
+                entry["input_args"] = enc.args(args)
+                entry["input_kwargs"] = enc.kwargs(kwargs)
+            frames = stacklib.capture(skip_code)
+        return Pending(key, batch, enc, entry, frames, parent, record, self.fwd_out)
+
+    def finish(self, p: Pending, result: Any, as_list: Optional[list] = None, extra: Optional[dict] = None) -> None:
+        """End a forward call: output summaries, one host transfer, record."""
+        self.add_construct(p.key, p.parent)
+        if not p.record:
+            return
+        if p.want_out:
+            p.entry["output"] = p.enc.outputs(as_list if as_list is not None else result)
+        if extra:
+            for name, value in extra.items():
+                p.entry[name] = value(p.enc) if callable(value) else value
+        p.batch.resolve()
+        self.record(p.key, p.entry, p.frames)
+
+    def record(self, key: str, entry: dict, frames: Optional[tuple] = None) -> None:
+        if not entry:
+            return
+        sid = None
+        if frames is not None:
+            group = self.stack_groups.get(frames)
+            if group is None:
+                lines = self._stack_lines.get(frames)
+                if lines is None:
+                    lines = self._stack_lines[frames] = stacklib.format_frames(frames)
+                group = self.stack_groups[frames] = [len(self.stack_groups), [], lines]
+                if self.journal is not None:
+                    try:
+                        self.journal.stack(group[0], lines)
+                    except OSError as exc:
+                        self._fail(exc)
+            group[1].append(key)
+            sid = group[0]
+        self.data[key] = entry
+        if self.journal is not None:
+            try:
+                self.journal.entry(key, entry, sid)
+            except OSError as exc:
+                self._fail(exc)
+
+    def record_backward(self, key: str, grad_outputs: Any, grad_inputs: Any, drop_all_none: bool = False,
+                        parent: Any = "") -> None:
+        """A backward entry: ``input`` = grads of the forward outputs, ``output`` = grads of its inputs."""
+        self.add_construct(key, self.parent() if parent == "" else parent)
+        if not self.wanted(key) or not (self.bwd_in or self.bwd_out):
+            return
+        batch = StatBatch(self.md5, self.cache)
+        enc = Encoder(batch, self._tensor_hook(key))
+        entry: dict = {}
+        if self.bwd_in:
+            entry["input"] = enc.outputs(tuple(grad_outputs), "input")
+        if self.bwd_out:
+            grads = tuple(grad_inputs)
+            if drop_all_none and all(g is None for g in grads):
+                grads = ()
+            entry["output"] = enc.outputs(grads, "output")
+        batch.resolve()
+        self.record(key, entry)
+
+    # --- API calls -------------------------------------------------------------------------------
+    def run_api(self, prefix: str, api: str, func: Callable, args: tuple, kwargs: dict,
+                collective: bool = False) -> Any:
+        """Run one captured API call and record it (forward now, backward through an autograd hook)."""
+        base = f"{prefix}.{api}"
+        idx = self.next_index(base)
+        if not self.on or os.getpid() != self.pid:
+            return func(*args, **kwargs)
+        pending = None
+        try:
+            rec_args, rec_kwargs = args, kwargs
+            if isinstance(func, types.FunctionType):
+                rec_args, rec_kwargs = callargs.as_written(func, args, kwargs, prefix == "Tensor")
+            pending = self.begin(f"{base}.{idx}.{fmt.FORWARD}", rec_args, rec_kwargs,
+                                 getattr(func, "__code__", None))
+        except Exception as exc:  # noqa: BLE001 - the dumper must never break training
+            self._internal_error(exc)
+        if collective:
+            self.busy = True
+            try:
+                result = func(*args, **kwargs)
+                if kwargs.get("async_op") and hasattr(result, "wait"):
+                    result.wait()
+            finally:
+                self.busy = False
+        else:
+            result = func(*args, **kwargs)
+        if pending is None:
+            return result
+        try:
+            after = [*args, *kwargs.values()] if collective else None
+            self.finish(pending, result, as_list=after)
+            if not collective:
+                self._hook_backward(result, base, idx)
+        except Exception as exc:  # noqa: BLE001
+            self._internal_error(exc)
+        return result
+
+    def _hook_backward(self, result: Any, base: str, idx: int) -> None:
+        if not (self.bwd_in or self.bwd_out or self.with_construct):
+            return
+        t = first_tensor(result)
+        if t is None or t.grad_fn is None:
+            return
+        t.grad_fn.register_hook(functools.partial(self._on_api_backward, f"{base}.{idx}.{fmt.BACKWARD}",
+                                                  self.generation))
+
+    def _on_api_backward(self, key: str, generation: int, grad_inputs: tuple, grad_outputs: tuple) -> None:
+        if not self.on or generation != self.generation or os.getpid() != self.pid:
+            return
+        prev, self.busy = self.busy, True
+        try:
+            self.record_backward(key, grad_outputs, grad_inputs)
+        except Exception as exc:  # noqa: BLE001
+            self._internal_error(exc)
+        finally:
+            self.busy = prev
+
+    def _internal_error(self, exc: BaseException) -> None:
+        log.warning("msprobe dump: an entry could not be recorded (%s: %s); training is not affected.",
+                    type(exc).__name__, exc)

@@ -1,0 +1,183 @@
+"""Tensor summaries (spec 7.3): Max/Min/Mean/Norm computed on the tensor's device, one host transfer per call.
+
+:class:`StatBatch` collects every tensor of one API call (or one module call). ``add`` launches the
+reductions on the device and returns the JSON item with the statistics still missing; ``resolve``
+concatenates all pending statistics into one float64 tensor and brings it to the host with a single
+``tolist()``, then fills the items. Nothing here synchronises per value.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+import zlib
+from typing import Any, Optional
+
+import torch
+
+from dumpers import format as fmt
+
+_CACHED_KEYS = ("Max", "Min", "Mean", "Norm", "Max_except_inf_nan", "Min_except_inf_nan", "md5")
+_STAT_NONE = {"Max": None, "Min": None, "Mean": None, "Norm": None}
+
+
+def _kind(t: torch.Tensor) -> str:
+    if t.is_meta or t.numel() == 0:
+        return "empty"
+    if t.dtype == torch.bool:
+        return "bool"
+    if t.dim() == 0:
+        return "scalar"
+    if t.is_complex():
+        return "complex"
+    if t.is_floating_point():
+        return "float"
+    return "int"
+
+
+def _reductions(t: torch.Tensor, kind: str) -> torch.Tensor:
+    """The statistics of ``t`` as a float64 vector on its device (no host sync)."""
+    if kind == "bool":
+        return torch.stack([t.any(), t.all()]).to(torch.float64)
+    if kind == "scalar":
+        v = (t.abs() if t.is_complex() else t).reshape(1).to(torch.float64)
+        return v.expand(4)
+    if kind == "complex":
+        a = t.abs()
+        mn, mx = torch.aminmax(a)
+        return torch.stack([mx, mn, a.mean()]).to(torch.float64)
+    if kind == "int":
+        mn, mx = torch.aminmax(t)
+        return torch.stack([mx, mn]).to(torch.float64)
+    mn, mx = torch.aminmax(t)
+    return torch.stack([mx, mn, t.mean(), torch.linalg.vector_norm(t)]).to(torch.float64)
+
+
+def _except_inf_nan(t: torch.Tensor) -> tuple:
+    """Max/min over finite values; over non-NaN values if none is finite; NaN if all are NaN."""
+    flat = t.detach().reshape(-1)
+    if flat.is_complex():
+        flat = flat.abs()
+    finite = flat[torch.isfinite(flat)]
+    if finite.numel():
+        return finite.max().item(), finite.min().item()
+    not_nan = flat[~torch.isnan(flat)]
+    if not_nan.numel():
+        return not_nan.max().item(), not_nan.min().item()
+    return math.nan, math.nan
+
+
+def crc32_hex(t: torch.Tensor) -> str:
+    """The ``md5`` field: CRC32 of the tensor's raw CPU bytes (bf16 first cast to fp32), 8 hex digits."""
+    data = t.detach()
+    if data.dtype == torch.bfloat16:
+        data = data.float()
+    data = data.cpu().contiguous()
+    try:
+        raw = data.numpy().tobytes()
+    except (TypeError, RuntimeError):
+        raw = data.view(torch.uint8).numpy().tobytes() if data.numel() else b""
+    return f"{zlib.crc32(raw) & 0xFFFFFFFF:08x}"
+
+
+class StatCache:
+    """Summaries of tensors already seen, keyed by identity and version counter.
+
+    The output of one call is usually the input of the next; a hit skips the reductions. An entry is
+    valid only while the very same tensor object is alive and has not been written to since.
+    """
+
+    def __init__(self, limit: int = 8192) -> None:
+        self._entries: dict = {}
+        self._limit = limit
+
+    def get(self, t: torch.Tensor) -> Optional[dict]:
+        hit = self._entries.get(id(t))
+        if hit is None:
+            return None
+        ref, version, stats = hit
+        if ref() is not t or t._version != version:
+            return None
+        return stats
+
+    def put(self, t: torch.Tensor, version: int, stats: dict) -> None:
+        if len(self._entries) >= self._limit:
+            self._entries.clear()
+        try:
+            self._entries[id(t)] = (weakref.ref(t), version, stats)
+        except TypeError:
+            pass
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+class StatBatch:
+    """The tensor items of one call; statistics filled by :meth:`resolve` with one host transfer."""
+
+    __slots__ = ("md5", "cache", "pending")
+
+    def __init__(self, md5: bool = False, cache: Optional[StatCache] = None) -> None:
+        self.md5 = md5
+        self.cache = cache
+        self.pending: list = []
+
+    def add(self, t: torch.Tensor) -> dict:
+        """The JSON item for ``t`` (type, dtype, shape, stats placeholders, requires_grad)."""
+        item = {"type": fmt.TORCH_TENSOR_TYPE, "dtype": str(t.dtype), "shape": list(t.shape)}
+        cached = self.cache.get(t) if self.cache is not None else None
+        if cached is not None:
+            for key in fmt.STAT_KEYS:
+                item[key] = cached[key]
+            item["requires_grad"] = t.requires_grad
+            for key in _CACHED_KEYS[4:]:
+                if key in cached:
+                    item[key] = cached[key]
+            return item
+        kind = _kind(t)
+        item.update(_STAT_NONE)
+        item["requires_grad"] = t.requires_grad
+        if kind == "empty":
+            return item
+        data = t.detach()
+        if data.layout != torch.strided:
+            data = data.to_dense()
+        self.pending.append((item, kind, data, _reductions(data, kind), t, t._version))
+        return item
+
+    def resolve(self) -> None:
+        """Fill every pending item: one concatenation and one ``tolist()`` per device."""
+        if not self.pending:
+            return
+        by_device: dict = {}
+        for entry in self.pending:
+            by_device.setdefault(entry[3].device, []).append(entry)
+        for entries in by_device.values():
+            values = torch.cat([e[3] for e in entries]).tolist()
+            pos = 0
+            for item, kind, data, vec, t, version in entries:
+                n = vec.numel()
+                self._fill(item, kind, data, values[pos:pos + n])
+                pos += n
+                if self.cache is not None:
+                    self.cache.put(t, version, {k: item[k] for k in _CACHED_KEYS if k in item})
+        self.pending.clear()
+
+    def _fill(self, item: dict, kind: str, data: torch.Tensor, v: list) -> None:
+        if kind == "bool":
+            item["Max"], item["Min"] = bool(v[0]), bool(v[1])
+        elif kind == "int":
+            item["Max"], item["Min"] = int(v[0]), int(v[1])
+        elif kind == "scalar":
+            x = v[0]
+            if not data.is_floating_point() and not data.is_complex():
+                x = int(x)
+            item["Max"] = item["Min"] = item["Mean"] = item["Norm"] = x
+        elif kind == "complex":
+            item["Max"], item["Min"], item["Mean"] = v
+        else:
+            item["Max"], item["Min"], item["Mean"], item["Norm"] = v
+        mx, mn = item["Max"], item["Min"]
+        if isinstance(mx, float) and not (math.isfinite(mx) and math.isfinite(mn)):
+            item["Max_except_inf_nan"], item["Min_except_inf_nan"] = _except_inf_nan(data)
+        if self.md5:
+            item["md5"] = crc32_hex(data)

@@ -1,0 +1,218 @@
+"""Shape-wise validation of dump.json entries: every wrong type, bad shape or unknown dtype named by its key.
+
+Each check returns ``None`` when the value is fine, else one sentence naming the key path and what was expected.
+The validators never raise, whatever JSON they are given.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from dumpers import format as fmt
+
+MAX_DEPTH = 16                 # nesting of args deeper than this is not a real call
+MAX_NDIM = 64                  # torch's own limit on tensor dimensions
+MAX_ELEMENTS = 2 ** 48         # more elements than any machine holds: an absurd shape
+MAX_DATA_NAME = 255            # longest file name msprobe writes
+
+STAT_NUMBER_KEYS = ("Max", "Min", "Mean", "Norm", "Max_except_inf_nan", "Min_except_inf_nan")
+
+# numpy scalar type names msprobe writes as {"type": name, "value": v}
+NUMPY_SCALAR_TYPES = frozenset({
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "float128", "complex64", "complex128", "complex256",
+    "bool_", "string_", "bytes_", "unicode_", "str_",
+})
+
+
+def is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_number(x: Any) -> bool:
+    """A JSON number (bool counts, as in msprobe's statistics)."""
+    return isinstance(x, (int, float))
+
+
+def is_tensor_item(obj: Any) -> bool:
+    return isinstance(obj, dict) and obj.get("type") in fmt.TENSOR_TYPES
+
+
+def element_count(shape: list) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def check_data_name(name: Any, where: str) -> str | None:
+    """A data_name must be a bare file name: no directory part, no '..', not absolute."""
+    if not isinstance(name, str) or not name:
+        return f"{where}.data_name must be a non-empty file name string, got {name!r}"
+    if len(name) > MAX_DATA_NAME:
+        return f"{where}.data_name is {len(name)} characters long, above the limit of {MAX_DATA_NAME}"
+    if "/" in name or "\\" in name or "\x00" in name or name in (".", "..") or ".." in name.split("."):
+        return (f"{where}.data_name {name!r} is refused: it must be a bare file name inside the dump's "
+                "dump_tensor_data directory (no '/', '\\', '..' or absolute path)")
+    return None
+
+
+def check_tensor_item(item: dict, where: str) -> str | None:
+    """Validate one tensor item (dtype, shape, statistics, data_name, requires_grad)."""
+    dtype = item.get("dtype")
+    if fmt.canonical_dtype(dtype) is None:
+        return (f"{where}.dtype {dtype!r} is not a known dtype; expected one of "
+                f"{', '.join(sorted(fmt.TORCH_DTYPES))} or a MindSpore name such as 'Float32'")
+    shape = item.get("shape")
+    if not isinstance(shape, list) or not all(is_int(s) and s >= 0 for s in shape):
+        return f"{where}.shape must be a list of non-negative integers, got {_short(shape)}"
+    if len(shape) > MAX_NDIM:
+        return f"{where}.shape has {len(shape)} dimensions, more than the {MAX_NDIM} a tensor can have"
+    if element_count(shape) > MAX_ELEMENTS:
+        return f"{where}.shape {shape} is absurd: {element_count(shape)} elements"
+    for key in STAT_NUMBER_KEYS:
+        value = item.get(key)
+        if value is not None and not is_number(value):
+            return f"{where}.{key} must be a number or null, got {_short(value)}"
+    if "requires_grad" in item and not isinstance(item["requires_grad"], bool):
+        return f"{where}.requires_grad must be true or false, got {_short(item['requires_grad'])}"
+    if "data_name" in item:
+        return check_data_name(item["data_name"], where)
+    return None
+
+
+def _check_typed_value(obj: dict, where: str) -> str | None:
+    kind, value = obj.get("type"), obj.get("value")
+    if not isinstance(kind, str):
+        return f"{where}.type must be a string, got {_short(kind)}"
+    if kind == "int" and not is_int(value):
+        return f"{where}.value must be an integer (type 'int'), got {_short(value)}"
+    if kind == "float" and not is_number(value):
+        return f"{where}.value must be a number (type 'float'), got {_short(value)}"
+    if kind == "bool" and not isinstance(value, bool):
+        return f"{where}.value must be true or false (type 'bool'), got {_short(value)}"
+    if kind == "str" and not isinstance(value, str):
+        return f"{where}.value must be a string (type 'str'), got {_short(value)}"
+    if kind == "slice" and not (isinstance(value, list) and len(value) == 3
+                                and all(v is None or is_int(v) for v in value)):
+        return f"{where}.value must be [start, stop, step] of integers or null (type 'slice'), got {_short(value)}"
+    if kind == "torch.Size" and not (isinstance(value, list) and all(is_int(v) and v >= 0 for v in value)):
+        return f"{where}.value must be a list of non-negative integers (type 'torch.Size'), got {_short(value)}"
+    if kind == "torch.dtype" and value not in fmt.TORCH_DTYPES:
+        return f"{where}.value {_short(value)} is not a known torch dtype (type 'torch.dtype')"
+    if kind in ("torch.device", "mindspore.dtype") and not isinstance(value, str):
+        return f"{where}.value must be a string (type {kind!r}), got {_short(value)}"
+    if kind in NUMPY_SCALAR_TYPES and not isinstance(value, (int, float, str)):
+        return f"{where}.value must be a scalar (numpy type {kind!r}), got {_short(value)}"
+    return None
+
+
+def check_value(obj: Any, where: str, depth: int = 0) -> str | None:
+    """Validate an argument structure (tensor items, typed values, lists, dicts, null) recursively."""
+    if depth > MAX_DEPTH:
+        return f"{where} nests deeper than {MAX_DEPTH} levels"
+    if obj is None:
+        return None
+    if isinstance(obj, list):
+        for i, sub in enumerate(obj):
+            problem = check_value(sub, f"{where}[{i}]", depth + 1)
+            if problem:
+                return problem
+        return None
+    if not isinstance(obj, dict):
+        return f"{where} must be an object, a list or null, got {_short(obj)}"
+    dup = duplicate_problem(obj, where)
+    if dup:
+        return dup
+    if is_tensor_item(obj):
+        return check_tensor_item(obj, where)
+    if "type" in obj:
+        return _check_typed_value(obj, where)
+    if not obj:
+        return (f"{where} is an empty object: the dump could not record this argument "
+                "(msprobe writes a positional torch.dtype or torch.device this way)")
+    for key, sub in obj.items():
+        problem = check_value(sub, f"{where}.{key}", depth + 1)
+        if problem:
+            return problem
+    return None
+
+
+def duplicate_problem(obj: Any, where: str) -> str | None:
+    dups = getattr(obj, "duplicates", None)
+    if dups:
+        return f"{where} has the key {dups[0]!r} more than once; remove the duplicate from the dump"
+    return None
+
+
+def check_forward(entry: Any, key: str) -> str | None:
+    """Validate a forward entry: input_args list, input_kwargs object, output list."""
+    if not isinstance(entry, dict):
+        return f"{key} must be an object with input_args/input_kwargs/output, got {_short(entry)}"
+    dup = duplicate_problem(entry, key)
+    if dup:
+        return dup
+    if "input_args" not in entry and "input_kwargs" not in entry:
+        return (f"{key} has no input_args/input_kwargs (dumped with data_mode 'output'?): "
+                "the call cannot be replayed without its inputs")
+    args = entry.get("input_args", [])
+    if not isinstance(args, list):
+        return f"{key}.input_args must be a list, got {_short(args)}"
+    kwargs = entry.get("input_kwargs", {})
+    if not isinstance(kwargs, dict):
+        return f"{key}.input_kwargs must be an object, got {_short(kwargs)}"
+    output = entry.get("output", [])
+    if not isinstance(output, list):
+        return f"{key}.output must be a list, got {_short(output)}"
+    dup = duplicate_problem(kwargs, f"{key}.input_kwargs")
+    if dup:
+        return dup
+    for name, value in kwargs.items():
+        problem = check_value(value, f"{key}.input_kwargs.{name}")
+        if problem:
+            return problem
+    return check_value(args, f"{key}.input_args") or check_value(output, f"{key}.output")
+
+
+def check_backward(entry: Any, key: str) -> str | None:
+    """Validate a backward entry: input list (grads of the outputs), output list."""
+    if not isinstance(entry, dict):
+        return f"{key} must be an object with input/output, got {_short(entry)}"
+    dup = duplicate_problem(entry, key)
+    if dup:
+        return dup
+    for part in ("input", "output"):
+        value = entry.get(part, [])
+        if not isinstance(value, list):
+            return f"{key}.{part} must be a list, got {_short(value)}"
+        problem = check_value(value, f"{key}.{part}")
+        if problem:
+            return problem
+    grads = entry.get("input", [])
+    if grads and grads[0] is not None and not is_tensor_item(grads[0]):
+        return f"{key}.input[0] must be a tensor item (the gradient of output 0), got {_short(grads[0])}"
+    return None
+
+
+def iter_tensor_items(obj: Any, path: tuple = (), depth: int = 0) -> Iterator[tuple]:
+    """Yield (path, item) for every tensor item in an argument structure, in order."""
+    if depth > MAX_DEPTH:
+        return
+    if isinstance(obj, list):
+        for i, sub in enumerate(obj):
+            yield from iter_tensor_items(sub, (*path, i), depth + 1)
+    elif is_tensor_item(obj):
+        yield path, obj
+    elif isinstance(obj, dict) and "type" not in obj:
+        for key, sub in obj.items():
+            yield from iter_tensor_items(sub, (*path, key), depth + 1)
+
+
+def finite(x: Any) -> bool:
+    return is_number(x) and math.isfinite(x)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,232 @@
+"""The inputs of one case: real tensors from the dump's files, or random ones from its statistics.
+
+Random data is deterministic: every tensor draws from its own numpy generator seeded with
+(seed, the case name, the tensor's place in the call), so the same seed gives the same tensors in every
+process, on every xdist worker, whatever else was generated before.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from generators import entries
+from generators.budget import default_max_bytes
+from generators.dtypes import info
+from generators.index_rules import index_bound
+from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate
+from generators.real_data import TensorFileError, load_tensor_file
+from generators.values import decode_value
+
+# base API name -> dtype swaps applied before generating / after loading (precision spec 7.5)
+DTYPE_SWAPS = {"cross_entropy": {"int32": "int64"}}
+HF32_APIS = frozenset({"conv1d", "conv2d"})      # fp32 inputs rounded to HF32 (precision spec 7.5)
+DROPPED_KWARGS = ("device",)                     # deleted before execution (precision spec 1.1)
+
+
+class InputError(Exception):
+    """The inputs of a case cannot be built; the message is the SKIP reason and says what to do."""
+
+
+@dataclass
+class Inputs:
+    """Arguments ready to call the API with (CPU tensors), and how they were made."""
+
+    args: list
+    kwargs: dict
+    grad_output: Any | None
+    mode: str
+    seed: int | None
+    summary: str
+    params: GenParams | None = None
+
+    def __repr__(self) -> str:
+        params = "" if self.params is None else f", params={self.params}"
+        return f"Inputs(mode={self.mode!r}, seed={self.seed!r}{params}, summary={self.summary!r})"
+
+
+def _base(api: str) -> str:
+    return api.split(".")[0]
+
+
+def _target_dtype(case: Any, dtype: str) -> str:
+    return DTYPE_SWAPS.get(_base(case.api), {}).get(dtype, dtype)
+
+
+def _tensor_items(case: Any) -> list:
+    """(label, item) of every tensor the inputs need: args, kwargs, then the output gradient."""
+    forward = case.forward or {}
+    found = [(_label("args", p), item) for p, item in entries.iter_tensor_items(forward.get("input_args"))]
+    found += [(_label("kwargs", p), item) for p, item in entries.iter_tensor_items(forward.get("input_kwargs"))]
+    grad = _grad_item(case)
+    if grad is not None:
+        found.append(("grad_output", grad))
+    return found
+
+
+def _label(part: str, path: tuple) -> str:
+    """``args[0][1]``, ``kwargs[weight]``: where a tensor sits in the call (also keys its random stream)."""
+    return part + "".join(f"[{p}]" for p in path)
+
+
+def _grad_item(case: Any) -> dict | None:
+    grads = (case.backward or {}).get("input") or []
+    return grads[0] if grads and entries.is_tensor_item(grads[0]) else None
+
+
+def required_bytes(case: Any) -> tuple:
+    """(elements, bytes) the case's input tensors need, computed from the dump alone."""
+    elements = total = 0
+    for _, item in _tensor_items(case):
+        n = entries.element_count(item.get("shape") or [])
+        dt = info(_target_dtype(case, TensorSpec.from_item(item).dtype))
+        elements += n
+        total += n * (dt.itemsize if dt else 8)
+    return elements, total
+
+
+def check_budget(case: Any, max_bytes: int | None) -> int:
+    """Raise InputError when the case needs more than ``max_bytes`` (default: from available memory)."""
+    limit = default_max_bytes() if max_bytes is None else int(max_bytes)
+    try:
+        elements, total = required_bytes(case)
+    except GenerationError as exc:
+        raise InputError(f"{case.name}: {exc}") from None
+    if total > limit:
+        raise InputError(f"{case.name}: inputs need {total} bytes ({elements} elements), over the budget of "
+                         f"{limit} bytes; raise --msprobe-max-bytes if the machine has the memory")
+    return limit
+
+
+def _seed_for(seed: int, name: str, label: str) -> np.random.Generator:
+    digest = hashlib.blake2b(f"{name}\x00{label}".encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return np.random.default_rng([int(seed) & 0xFFFFFFFFFFFFFFFF, int.from_bytes(digest, "little")])
+
+
+def _hf32(tensor: Any) -> Any:
+    """Round fp32 to HF32 on the raw bit pattern: u := ((u >> 11) + 1) >> 1, then u << 12."""
+    import torch
+
+    bits = tensor.contiguous().view(torch.int32)
+    bits = ((bits >> 11) + 1) >> 1
+    return (bits << 12).view(torch.float32)
+
+
+def _postprocess(case: Any, item: dict, tensor: Any) -> Any:
+    import torch
+
+    target = _target_dtype(case, TensorSpec.from_item(item).dtype)
+    if str(tensor.dtype) != f"torch.{target}":
+        tensor = tensor.to(getattr(torch, target))
+    if _base(case.api) in HF32_APIS and tensor.dtype == torch.float32:
+        tensor = _hf32(tensor)
+    return tensor
+
+
+def _random_tensor(case: Any, label: str, path: tuple, item: dict, seed: int, params: GenParams,
+                   part: str) -> tuple:
+    import torch
+
+    spec = TensorSpec.from_item(item)
+    spec = TensorSpec(_target_dtype(case, spec.dtype), spec.shape, spec.min, spec.max, spec.mean, spec.norm,
+                      spec.min_finite, spec.max_finite)
+    bound = None
+    if part in ("args", "kwargs") and case.forward:
+        bound = index_bound(case.prefix, case.api, case.forward, path)
+    array = generate(spec, _seed_for(seed, case.name, label), params, index=bound)
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if str(tensor.dtype) != f"torch.{spec.dtype}":
+        tensor = tensor.to(getattr(torch, spec.dtype))
+    return tensor, describe(array, spec)
+
+
+def _tensor_summary(tensor: Any, item: dict) -> str:
+    import torch
+
+    t = tensor.detach()
+    if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
+        t = t.float()
+    return describe(t.numpy(), TensorSpec.from_item(item))
+
+
+def build_inputs(case: Any, *, random: bool = False, seed: int = 0, max_bytes: int | None = None,
+                 edge_values: bool = False, params: GenParams | None = None) -> Inputs:
+    """The inputs of ``case``: real data when it has tensor files and ``random`` is false, else random data.
+
+    Args:
+        seed: random mode only; together with the case name it fixes every generated tensor.
+        max_bytes: budget for all input tensors of the case (default: a quarter of available memory),
+            checked from the dump's shapes before anything is read or generated.
+        edge_values: add subnormals, signed zeros, values next to the extremes and exact ties.
+        params: generation knobs (Hypothesis draws them; see :class:`GenParams`).
+
+    Raises:
+        InputError: the SKIP reason: the case's problem, a missing/refused/outside file, over budget, a dtype
+            that cannot be generated.
+    """
+    if case.problem:
+        raise InputError(case.problem)
+    limit = check_budget(case, max_bytes)
+    real = case.has_tensor_files and not random
+    if real and case.tensor_dir is None:
+        raise InputError(case.tensor_dir_problem or
+                         f"{case.name}: the dump has no tensor directory ({case.dump_json}); copy "
+                         "dump_tensor_data next to dump.json, or use random data (--msprobe-random)")
+    if params is None:
+        params = GenParams(edge_values=edge_values)
+    elif edge_values and not params.edge_values:
+        params = GenParams(params.magnitude, params.match_stats, True)
+    lines: list = []
+
+    def make(part: str):
+        def _make(path: tuple, item: dict) -> Any:
+            label = _label(part, path)
+            try:
+                if real:
+                    tensor = load_tensor_file(case.tensor_dir, item, max_bytes=limit, where=case.name)
+                    text = _tensor_summary(tensor, item)
+                else:
+                    tensor, text = _random_tensor(case, label, path, item, seed, params, part)
+            except (TensorFileError, GenerationError) as exc:
+                raise InputError(str(exc)) from None
+            lines.append(f"{label}: {text}")
+            return _postprocess(case, item, tensor)
+        return _make
+
+    forward = case.forward or {}
+    args = decode_value(forward.get("input_args") or [], make("args"))
+    kwargs_raw = forward.get("input_kwargs") or {}
+    kwargs = {k: decode_value(v, make("kwargs"), (k,)) for k, v in kwargs_raw.items() if k not in DROPPED_KWARGS}
+    grad_output = None
+    grad = _grad_item(case)
+    if grad is not None:
+        grad_output = make("grad_output")((), grad)
+    mode = "real" if real else "random"
+    head = f"{mode} data" if real else f"random data, seed {seed}"
+    return Inputs(args=args, kwargs=kwargs, grad_output=grad_output, mode=mode,
+                  seed=None if real else seed, summary=f"{head}; " + "; ".join(lines),
+                  params=None if real else params)
+
+
+def inputs_strategy(case: Any, *, edge_values: bool = False, max_bytes: int | None = None) -> Any:
+    """A Hypothesis strategy of random-mode :class:`Inputs` for ``case`` (for ``--msprobe-examples N``).
+
+    Hypothesis draws a seed and the generation knobs; numpy fills the tensors. Shrinking moves toward seed 0,
+    smaller magnitudes (interior values collapse toward 0 clamped into [Min, Max]) and plain uniform data;
+    the recorded extremes stay in every example.
+
+    Raises:
+        InputError: at once, when the case cannot have inputs (its problem, over budget).
+    """
+    from hypothesis import strategies as st
+
+    from generators.strategies import generation_params, seeds
+
+    if case.problem:
+        raise InputError(case.problem)
+    limit = check_budget(case, max_bytes)
+    return st.builds(lambda seed, params: build_inputs(case, random=True, seed=seed, max_bytes=limit,
+                                                       params=params),
+                     seeds(), generation_params(edge_values=edge_values))

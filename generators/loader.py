@@ -1,0 +1,279 @@
+"""dump.json -> replayable cases: one :class:`ApiCase` per captured API call, forward and backward paired.
+
+A dump is untrusted input. A file that cannot be read as a whole raises :class:`DumpError`; every other
+defect stays local to its entry and becomes that case's ``problem`` (the reason the check SKIPs), so one bad
+entry never costs the rest of the dump. Module/Cell entries are not API calls and are listed in
+``DumpSet.excluded``; every other entry of ``data`` ends up in exactly one case.
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dumpers import format as fmt
+from generators import entries, jsonsafe
+from generators.apis import UnknownApiError, prefix_problem, resolve_api
+from generators.paths import resolve_tensor_dir
+
+DEFAULT_MAX_JSON_BYTES = jsonsafe.DEFAULT_MAX_JSON_BYTES
+FRAMEWORKS = ("pytorch", "mindspore")
+SOURCE_SEPARATOR = "::"        # "step0/rank0::Functional.linear.0" when several dumps share names
+
+
+class DumpError(Exception):
+    """A dump that cannot be read as a whole; the message names the file and what to do."""
+
+
+@dataclass
+class ApiCase:
+    """One captured API call: its forward entry and the backward entry of the same name."""
+
+    name: str
+    prefix: str
+    api: str
+    index: int
+    forward: dict | None
+    backward: dict | None
+    framework: str
+    dump_json: str
+    tensor_dir: str | None
+    problem: str | None
+    has_tensor_files: bool
+    tensor_dir_problem: str | None = None   # why the tensor files cannot be found (real mode only)
+    source: str = ""                           # label of the dump file when several are loaded
+
+    @property
+    def call_name(self) -> str:
+        """The dump's own name of the call (``name`` without a source label)."""
+        return self.name.split(SOURCE_SEPARATOR)[-1]
+
+
+@dataclass
+class DumpSet:
+    """Every API call of the given dumps, in dump order."""
+
+    cases: list
+    sources: list
+    excluded: list = field(default_factory=list)   # module/Cell/parameters_grad entry keys (not API calls)
+
+    def __iter__(self):
+        return iter(self.cases)
+
+    def __len__(self) -> int:
+        return len(self.cases)
+
+    def by_name(self) -> dict:
+        return {case.name: case for case in self.cases}
+
+
+def _natural_key(path: str) -> list:
+    return [int(tok) if tok.isdigit() else tok for tok in re.split(r"(\d+)", path)]
+
+
+def find_dump_files(paths: str | os.PathLike | Sequence) -> list:
+    """The dump.json files named by ``paths``: files as given, directories searched (step*/rank*/dump.json).
+
+    Raises:
+        DumpError: a path does not exist, or a directory holds no dump.json.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    found: list = []
+    for raw in paths:
+        path = os.fspath(raw)
+        if os.path.isfile(path):
+            found.append(path)
+        elif os.path.isdir(path):
+            below = []
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                if fmt.DUMP_JSON in files:
+                    below.append(os.path.join(root, fmt.DUMP_JSON))
+            if not below:
+                raise DumpError(f"no {fmt.DUMP_JSON} found under {path}; pass a dump.json file or the dump "
+                                "directory that holds step*/rank*/dump.json")
+            found.extend(sorted(below, key=_natural_key))
+        else:
+            raise DumpError(f"{path} does not exist; pass a dump.json file or a dump directory")
+    unique, seen = [], set()
+    for path in found:
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            unique.append(path)
+    return unique
+
+
+def _infer_framework(doc: dict, data: dict) -> str:
+    declared = doc.get("framework")
+    if declared in FRAMEWORKS:
+        return declared
+    for entry in data.values():
+        if isinstance(entry, dict):
+            for value in entry.values():
+                for _, item in entries.iter_tensor_items(value):
+                    return "mindspore" if item.get("type") == fmt.MINDSPORE_TENSOR_TYPE else "pytorch"
+    return "pytorch"
+
+
+class _Call:
+    """Collects the entries of one API call while the data object is scanned."""
+
+    def __init__(self, name: str, prefix: str, api: str, index: int) -> None:
+        self.name, self.prefix, self.api, self.index = name, prefix, api, index
+        self.forward: Any = None
+        self.backward: Any = None
+        self.has_forward = False
+        self.has_backward = False
+        self.problems: list = []
+
+
+def _tensor_items_of(forward: dict, backward: dict | None) -> list:
+    items = [item for part in ("input_args", "input_kwargs")
+             for _, item in entries.iter_tensor_items(forward.get(part))]
+    if backward:
+        grads = backward.get("input") or []
+        if grads and entries.is_tensor_item(grads[0]):
+            items.append(grads[0])
+    return items
+
+
+def _finish(call: _Call, framework: str, dump_json: str, tensor_dir: str | None,
+            dir_problem: str | None) -> ApiCase:
+    problem = call.problems[0] if call.problems else None
+    if problem is None and not call.has_forward:
+        problem = (f"{call.name}.backward has no forward entry {call.name}.forward in the dump "
+                   "(filtered by data_mode or list?): the call cannot be replayed without its inputs")
+    if problem is None:
+        problem = entries.check_forward(call.forward, f"{call.name}.forward")
+    if problem is None and call.has_backward:
+        problem = entries.check_backward(call.backward, f"{call.name}.backward")
+    if problem is None:
+        problem = prefix_problem(call.prefix, framework)
+    if problem is None:
+        try:
+            resolve_api(call.prefix, call.api)
+        except UnknownApiError as exc:
+            problem = f"unknown API {call.name}: {exc}"
+    forward = call.forward if isinstance(call.forward, dict) else None
+    backward = call.backward if isinstance(call.backward, dict) else None
+    has_files = False
+    if problem is None and forward is not None:
+        items = _tensor_items_of(forward, backward)
+        has_files = bool(items) and all("data_name" in item for item in items)
+    return ApiCase(name=call.name, prefix=call.prefix, api=call.api, index=call.index, forward=forward,
+                   backward=backward, framework=framework, dump_json=dump_json, tensor_dir=tensor_dir,
+                   problem=problem, has_tensor_files=has_files,
+                   tensor_dir_problem=dir_problem if tensor_dir is None else None)
+
+
+def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -> tuple:
+    """Cases and excluded keys of one dump.json.
+
+    Raises:
+        DumpError: unreadable, too large, not JSON, not an object with a ``data`` object.
+    """
+    try:
+        doc = jsonsafe.load_file(path, max_bytes=max_json_bytes)
+    except jsonsafe.JSONFileError as exc:
+        raise DumpError(str(exc)) from None
+    if not isinstance(doc, dict):
+        raise DumpError(f"{path}: the top level must be an object with keys "
+                        f"{', '.join(fmt.TOP_LEVEL_KEYS)}; this is not a dump.json")
+    dups = getattr(doc, "duplicates", None)
+    if dups:
+        raise DumpError(f"{path}: top-level key {dups[0]!r} appears more than once; "
+                        "keep one and remove the others")
+    data = doc.get("data")
+    if not isinstance(data, dict):
+        raise DumpError(f"{path}: the key 'data' must hold an object of entries, got "
+                        f"{type(data).__name__}; this is not a dump.json (or it is damaged)")
+    framework = _infer_framework(doc, data)
+    tensor_dir, dir_problem = resolve_tensor_dir(path, doc.get("dump_data_dir"))
+    pairs = data.pairs if isinstance(data, jsonsafe.DuplicateKeyDict) else list(data.items())
+    duplicated = set(getattr(data, "duplicates", ()))
+    calls: dict = {}
+    excluded: list = []
+    for key, entry in pairs:
+        try:
+            parsed = fmt.parse_entry_key(key)
+        except ValueError as exc:
+            name = key or "(empty entry key)"
+            call = calls.setdefault(name, _Call(name, key.split(".")[0], "", -1))
+            call.problems.append(f"{exc}; the entry is not an API call this tool knows how to replay")
+            call.has_forward = True
+            continue
+        if parsed.kind in ("module", "parameters_grad"):
+            excluded.append(key)
+            continue
+        name = parsed.api_call
+        call = calls.get(name)
+        if call is None:
+            call = calls[name] = _Call(name, parsed.prefix, parsed.api,
+                                       parsed.index if parsed.index is not None else -1)
+        if parsed.kind == "jit":
+            call.problems.append(f"{key}: a Jit entry is a whole jitted function, which cannot be replayed "
+                                 "as one API call")
+        if key in duplicated:
+            call.problems.append(f"entry {key!r} appears more than once in {path}; the entry is ambiguous: "
+                                 "remove the duplicate")
+        if parsed.direction == fmt.BACKWARD:
+            call.backward, call.has_backward = entry, True
+        else:
+            call.forward, call.has_forward = entry, True
+    cases = [_finish(call, framework, path, tensor_dir, dir_problem) for call in calls.values()]
+    return cases, excluded
+
+
+def _labels(files: list) -> list:
+    dirs = [os.path.dirname(os.path.abspath(f)) for f in files]
+    try:
+        common = os.path.commonpath(dirs)
+    except ValueError:
+        common = ""
+    labels = []
+    for i, d in enumerate(dirs):
+        rel = os.path.relpath(d, common) if common else d
+        labels.append(f"dump{i}" if rel in ("", ".") else rel.replace(os.sep, "/"))
+    if len(set(labels)) != len(labels):
+        labels = [f"dump{i}" for i in range(len(files))]
+    return labels
+
+
+def load_dump(paths: str | os.PathLike | Sequence, *,
+              max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -> DumpSet:
+    """Load one or more dumps into cases, in dump order.
+
+    Args:
+        paths: a dump.json, a directory (every ``dump.json`` below it, in natural order: step2 before
+            step10), or a list of those.
+        max_json_bytes: refuse a dump.json larger than this before reading it.
+
+    When several dump files are loaded and a call name occurs in more than one of them, every case is
+    named ``{label}::{name}``, ``label`` being the dump.json's directory relative to the common directory
+    of all files (``step0/rank0``). Without a clash names stay as in the dump.
+
+    Raises:
+        DumpError: a path does not exist, or a dump.json cannot be read as a whole.
+    """
+    files = find_dump_files(paths)
+    loaded = [load_dump_file(f, max_json_bytes=max_json_bytes) for f in files]
+    seen: dict = {}
+    for i, (cases, _) in enumerate(loaded):
+        for case in cases:
+            seen.setdefault(case.name, set()).add(i)
+    clash = any(len(owners) > 1 for owners in seen.values())
+    labels = _labels(files)
+    out: list = []
+    excluded: list = []
+    for label, (cases, skipped) in zip(labels, loaded):
+        for case in cases:
+            case.source = label
+            if clash:
+                case.name = f"{label}{SOURCE_SEPARATOR}{case.name}"
+            out.append(case)
+        excluded.extend(f"{label}{SOURCE_SEPARATOR}{key}" if clash else key for key in skipped)
+    return DumpSet(cases=out, sources=list(files), excluded=excluded)

@@ -1,0 +1,74 @@
+"""Loading a dumped tensor file without executing anything from it, and only from inside the dump."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from dumpers import format as fmt
+from generators.paths import PathRefused, safe_join
+
+
+class TensorFileError(ValueError):
+    """A tensor file that is missing, outside the dump, too large, or not a plain tensor."""
+
+
+def load_tensor_file(tensor_dir: str, item: dict, *, max_bytes: int, where: str = "") -> Any:
+    """The CPU tensor stored for a tensor item (``data_name`` inside ``tensor_dir``).
+
+    ``.pt`` files load with ``torch.load(weights_only=True, map_location="cpu")``, ``.npy`` files with
+    ``numpy.load(allow_pickle=False)``; anything else is refused, as are files whose shape differs from the
+    dump's record and files larger than ``max_bytes``.
+
+    Raises:
+        TensorFileError: with a message naming the file and what to do.
+    """
+    import numpy as np
+    import torch
+
+    name = item.get("data_name")
+    label = f"{where}: " if where else ""
+    try:
+        path = safe_join(tensor_dir, name)
+    except PathRefused as exc:
+        raise TensorFileError(f"{label}{exc}") from None
+    if not os.path.isfile(path):
+        raise TensorFileError(f"{label}tensor file {path} is missing; copy the dump's {fmt.TENSOR_DIR} "
+                              "directory completely, or use random data (--msprobe-random)")
+    size = os.stat(path).st_size
+    if size > max_bytes:
+        raise TensorFileError(f"{label}tensor file {path} is {size} bytes, over the budget of {max_bytes} "
+                              "bytes; raise --msprobe-max-bytes if the machine has the memory")
+    if path.endswith(".pt"):
+        try:
+            tensor = torch.load(path, weights_only=True, map_location="cpu")
+        except Exception as exc:  # noqa: BLE001 - a hostile file may raise anything; all mean 'refused'
+            raise TensorFileError(
+                f"{label}{path} was refused: it is not a plain tensor file ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}). A file holding pickled objects can "
+                "run code when loaded; do not load it with weights_only=False unless you trust its origin"
+            ) from None
+    elif path.endswith(".npy"):
+        try:
+            array = np.load(path, allow_pickle=False)
+        except Exception as exc:  # noqa: BLE001 - a hostile file may raise anything; all mean 'refused'
+            raise TensorFileError(f"{label}{path} was refused: not a plain .npy array "
+                                  f"({type(exc).__name__}: {exc}); pickled object arrays are never loaded") from None
+        if not isinstance(array, np.ndarray):
+            raise TensorFileError(f"{label}{path} was refused: it is an archive, not one .npy array")
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
+    else:
+        raise TensorFileError(f"{label}The file: {path} is not a pt or numpy file.")
+    if not isinstance(tensor, torch.Tensor):
+        raise TensorFileError(f"{label}{path} holds a {type(tensor).__name__}, not a tensor")
+    shape = item.get("shape")
+    if list(tensor.shape) != list(shape or []):
+        raise TensorFileError(f"{label}{path} holds a tensor of shape {list(tensor.shape)} but dump.json "
+                              f"records {shape}; the file does not belong to this entry")
+    wanted = fmt.canonical_dtype(item.get("dtype"))
+    if wanted and str(tensor.dtype) != f"torch.{wanted}":
+        if path.endswith(".npy"):      # MindSpore saves bf16 as fp32; restore the recorded dtype
+            tensor = tensor.to(getattr(torch, wanted))
+        else:
+            raise TensorFileError(f"{label}{path} holds {tensor.dtype} but dump.json records "
+                                  f"{item.get('dtype')}; the file does not belong to this entry")
+    return tensor

@@ -1,0 +1,56 @@
+"""Decoding dump.json's non-tensor argument encodings back into Python objects (precision spec 7.5).
+
+``int``/``float``/``bool``/``str`` -> the value; ``slice`` -> slice; ``ellipsis`` -> ``...``; numpy scalar
+type names -> that numpy scalar; ``torch.Size`` -> ``torch.Size``; ``torch.dtype`` -> the dtype; ``torch.device``
+-> kept as its dict (the checker drops a kwarg named ``device``); any other type -> its value as is.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from dumpers import format as fmt
+from generators import entries
+
+NUMPY_TYPES = {
+    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
+    "float16": np.float16, "float32": np.float32, "float64": np.float64,
+    "complex64": np.complex64, "complex128": np.complex128, "bool_": np.bool_,
+    "str_": np.str_, "unicode_": np.str_, "bytes_": np.bytes_, "string_": np.bytes_,
+}
+if hasattr(np, "longdouble"):
+    NUMPY_TYPES["float128"] = np.longdouble
+if hasattr(np, "clongdouble"):
+    NUMPY_TYPES["complex256"] = np.clongdouble
+
+
+def decode_value(obj: Any, make_tensor: Callable[[tuple, dict], Any], path: tuple = ()) -> Any:
+    """Decode one argument structure; tensor items are built by ``make_tensor(path, item)``."""
+    import torch
+
+    if obj is None:
+        return None
+    if isinstance(obj, list):
+        return [decode_value(sub, make_tensor, (*path, i)) for i, sub in enumerate(obj)]
+    if not isinstance(obj, dict):
+        return obj
+    if entries.is_tensor_item(obj):
+        return make_tensor(path, obj)
+    if "type" not in obj:
+        return {k: decode_value(v, make_tensor, (*path, k)) for k, v in obj.items()}
+    kind, value = obj.get("type"), obj.get("value")
+    if kind == "slice":
+        return slice(*value)
+    if kind == "ellipsis":
+        return ...
+    if kind == "torch.Size":
+        return torch.Size(value)
+    if kind == "torch.dtype":
+        return getattr(torch, fmt.TORCH_DTYPES[value])
+    if kind == "torch.device":
+        return dict(obj)
+    if kind in NUMPY_TYPES:
+        return NUMPY_TYPES[kind](value)
+    return value

@@ -1,0 +1,268 @@
+"""Command-line and ini options of the accuracy check, their validators, and the resolved settings.
+
+Registering options imports nothing heavy. ``Settings.from_config`` merges, in this order of priority,
+the command line, the ``acc_check``/``run_ut`` section of ``--msprobe-config``, and the ini file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_SEED = 1234
+STANDARD_CHOICES = ("1.0.4", "26.2")
+FAIL_ON_CHOICES = ("error", "warning")
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000 ** 2, "mb": 1000 ** 2,
+               "mib": 1024 ** 2, "g": 1000 ** 3, "gb": 1000 ** 3, "gib": 1024 ** 3, "t": 1000 ** 4,
+               "tb": 1000 ** 4, "tib": 1024 ** 4}
+
+
+# --- validators (argparse ``type=``) -----------------------------------------------------------------
+def size_bytes(text: str) -> int:
+    """``"2GiB"``, ``"500MB"``, ``"1e9"`` -> bytes."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _SIZE_UNITS or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size; write a positive number of bytes with an optional unit, like 4GiB or 500MB")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds, e.g. 60")
+    return value
+
+
+def positive_int(text: str) -> int:
+    if not re.fullmatch(r"\s*[0-9]+\s*", str(text)) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer, e.g. 1 or 50")
+    return int(text)
+
+
+def seed_int(text: str) -> int:
+    if not re.fullmatch(r"\s*[0-9]+\s*", str(text)) or int(text) >= 2 ** 32:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed; use an integer from 0 to 4294967295")
+    return int(text)
+
+
+def device_ids(text: str) -> list:
+    from .devices import parse_device_ids
+    try:
+        return parse_device_ids(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def api_list(text: str) -> list:
+    """``"linear,gelu"`` -> ["linear", "gelu"] (base API names, as msprobe's white/black lists)."""
+    return [p.strip() for p in re.split(r"[,\s]+", str(text)) if p.strip()]
+
+
+def standard_name(text: str) -> str:
+    key = str(text).strip()
+    if key.endswith(".0") and key.count(".") == 2:
+        key = key[:-2]
+    if key not in STANDARD_CHOICES:
+        raise argparse.ArgumentTypeError(f"unknown precision standard {text!r}; choose one of "
+                                         f"{', '.join(STANDARD_CHOICES)}")
+    return key
+
+
+def existing_file(text: str) -> str:
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"file {text!r} does not exist")
+    return text
+
+
+# --- registration ------------------------------------------------------------------------------------
+def add_options(parser: Any) -> None:
+    """All options, under the ``msprobe`` group; the important ones mirrored as ini keys."""
+    g = parser.getgroup("msprobe", "accuracy check of captured API calls (pytest-msprobe)")
+    g.addoption("--msprobe-api-info", action="append", default=[], metavar="PATH",
+                help="dump.json (or a dump directory) whose API calls become tests; repeatable")
+    g.addoption("--msprobe-out", metavar="DIR", default=None,
+                help="directory of accuracy_checking_result/details CSVs (ini msprobe_out, default ./)")
+    g.addoption("--msprobe-device-type", metavar="NAME", default=None,
+                help="device backend under test: cpu, cuda, npu or a registered one "
+                     "(default: first available accelerator, else cpu)")
+    g.addoption("--msprobe-devices", type=device_ids, default=None, metavar="IDS",
+                help="device ids, e.g. 0,1,2,3; xdist worker k uses device k mod len (default: all visible)")
+    g.addoption("--msprobe-max-workers-per-device", type=positive_int, default=None, metavar="N",
+                help="refuse more than N xdist workers per accelerator device (default 8; cpu: no limit)")
+    g.addoption("--msprobe-standard", type=standard_name, default=None, metavar="VERSION",
+                help="precision standard: 1.0.4 (default) or 26.2")
+    g.addoption("--msprobe-fail-on", choices=FAIL_ON_CHOICES, default=None,
+                help="an API fails its test on 'error' (default) or also on 'warning'")
+    g.addoption("--msprobe-baseline", type=existing_file, default=None, metavar="RESULT_CSV",
+                help="APIs failing in this earlier result CSV are xfail: CI fails only on new failures")
+    g.addoption("--msprobe-result-csv", type=existing_file, default=None, metavar="RESULT_CSV",
+                help="continue this result CSV (ours or msprobe's): its APIs are not run again "
+                     "(with --lf, its failing APIs are)")
+    g.addoption("--msprobe-white-list", type=api_list, default=None, metavar="APIS",
+                help="only check these base API names (comma separated), e.g. linear,gelu")
+    g.addoption("--msprobe-black-list", type=api_list, default=None, metavar="APIS",
+                help="never check these base API names (comma separated)")
+    g.addoption("--msprobe-filter-api", action="store_true", default=False,
+                help="check one representative of calls with identical structure (msprobe -f)")
+    g.addoption("--msprobe-save-error-data", action="store_true", default=False,
+                help="torch.save the inputs and both outputs of failing APIs (see --msprobe-error-data-path)")
+    g.addoption("--msprobe-error-data-path", metavar="DIR", default=None,
+                help="where --msprobe-save-error-data writes ut_error_data{timestamp}/ (default: --msprobe-out)")
+    g.addoption("--msprobe-config", type=existing_file, default=None, metavar="CONFIG_JSON",
+                help="msprobe config.json: its acc_check/run_ut section sets white_list, black_list, "
+                     "error_data_path")
+    g.addoption("--msprobe-max-bytes", type=size_bytes, default=None, metavar="SIZE",
+                help="memory budget of one API's inputs, e.g. 4GiB; larger entries SKIP "
+                     "(default: a quarter of physical memory)")
+    g.addoption("--msprobe-timeout", type=positive_float, default=None, metavar="SECONDS",
+                help="per-API time limit; a call that runs longer is an error 'timeout' (default: none)")
+    g.addoption("--msprobe-random", action="store_true", default=False,
+                help="generate inputs from the statistics even when the dump has tensor files")
+    g.addoption("--msprobe-seed", type=seed_int, default=None, metavar="INT",
+                help=f"seed of random-data mode (default {DEFAULT_SEED}); each API derives its own from it")
+    g.addoption("--msprobe-examples", type=positive_int, default=None, metavar="N",
+                help="random-data mode: run N Hypothesis examples per API and shrink a failure (default 1)")
+    g.addoption("--msprobe-edge-values", action="store_true", default=False,
+                help="random-data mode: add subnormals, signed zeros, near-max values and ties")
+    g.addoption("--msprobe-gpu-csv", type=existing_file, default=None, metavar="DETAILS_CSV",
+                help="GPU accuracy_checking_details CSV: after the run, api_precision_compare our details "
+                     "against it; its verdict decides the exit status")
+    g.addoption("--msprobe-precision", type=positive_int, default=None, metavar="N",
+                help="decimals of float cells in the CSVs (default 14, as msprobe)")
+    parser.addini("msprobe_out", "directory of the accuracy-check CSVs", default=None)
+    parser.addini("msprobe_device_type", "device backend under test", default=None)
+    parser.addini("msprobe_standard", "precision standard: 1.0.4 or 26.2", default=None)
+    parser.addini("msprobe_fail_on", "error or warning", default=None)
+    parser.addini("msprobe_white_list", "base API names to check", type="args", default=[])
+    parser.addini("msprobe_black_list", "base API names never to check", type="args", default=[])
+    parser.addini("msprobe_max_bytes", "memory budget of one API's inputs, e.g. 4GiB", default=None)
+    parser.addini("msprobe_timeout", "per-API time limit in seconds", default=None)
+    parser.addini("msprobe_seed", "seed of random-data mode", default=None)
+
+
+# --- resolved settings -------------------------------------------------------------------------------
+def default_max_bytes() -> int:
+    """A quarter of physical memory (bench, device and gradients all hold copies of the inputs)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4)
+    except (ValueError, OSError, AttributeError):
+        return 4 * 1024 ** 3
+
+
+def read_config_section(path: str) -> dict:
+    """The ``acc_check`` (26.2) or ``run_ut`` (1.0.4) section of an msprobe config.json (or .yaml).
+
+    Raises:
+        ValueError: unreadable file or wrong types, naming the file and key.
+    """
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    try:
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{path}: not valid JSON/YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise TypeError(f"{path}: the top level must be an object with an 'acc_check' or 'run_ut' key")
+    section = data.get("acc_check", data.get("run_ut", {}))
+    if not isinstance(section, dict):
+        raise TypeError(f"{path}: 'acc_check'/'run_ut' must be an object")
+    out = {}
+    for key in ("white_list", "black_list"):
+        value = section.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{path}: {key} must be a list of API names, like [\"linear\", \"gelu\"]")
+        out[key] = value
+    edp = section.get("error_data_path", "./")
+    if not isinstance(edp, str):
+        raise TypeError(f"{path}: error_data_path must be a directory path string")
+    out["error_data_path"] = edp
+    return out
+
+
+@dataclass
+class Settings:
+    """Every option of a run, resolved once per process."""
+
+    api_info: list = field(default_factory=list)
+    out_dir: str = "."
+    device_type: str | None = None
+    devices: list | None = None
+    max_workers_per_device: int = 8
+    standard: str = "1.0.4"
+    fail_on: str = "error"
+    baseline: str | None = None
+    result_csv: str | None = None
+    white_list: list = field(default_factory=list)
+    black_list: list = field(default_factory=list)
+    filter_api: bool = False
+    save_error_data: bool = False
+    error_data_path: str | None = None
+    max_bytes: int = 0
+    timeout: float | None = None
+    random: bool = False
+    seed: int = DEFAULT_SEED
+    examples: int = 1
+    edge_values: bool = False
+    gpu_csv: str | None = None
+    precision: int = 14
+
+    @property
+    def active(self) -> bool:
+        return bool(self.api_info)
+
+    @classmethod
+    def from_config(cls, config: Any) -> Settings:
+        """Merge command line, ``--msprobe-config`` and ini; raises ValueError with what to fix."""
+        opt = config.option
+
+        def ini(name: str) -> Any:
+            try:
+                value = config.getini(name)
+            except ValueError:
+                return None
+            return value if value not in ("", None, []) else None
+
+        s = cls()
+        s.api_info = [str(p) for p in (opt.msprobe_api_info or [])]
+        s.out_dir = opt.msprobe_out or ini("msprobe_out") or "."
+        s.device_type = opt.msprobe_device_type or ini("msprobe_device_type")
+        s.devices = opt.msprobe_devices
+        s.max_workers_per_device = opt.msprobe_max_workers_per_device or 8
+        s.standard = opt.msprobe_standard or (standard_name(ini("msprobe_standard"))
+                                              if ini("msprobe_standard") else "1.0.4")
+        s.fail_on = opt.msprobe_fail_on or ini("msprobe_fail_on") or "error"
+        if s.fail_on not in FAIL_ON_CHOICES:
+            raise ValueError(f"ini msprobe_fail_on = {s.fail_on!r}; use error or warning")
+        s.baseline = opt.msprobe_baseline
+        s.result_csv = opt.msprobe_result_csv
+        cfg = read_config_section(opt.msprobe_config) if opt.msprobe_config else {}
+        s.white_list = (opt.msprobe_white_list if opt.msprobe_white_list is not None
+                        else cfg.get("white_list") or list(ini("msprobe_white_list") or []))
+        s.black_list = (opt.msprobe_black_list if opt.msprobe_black_list is not None
+                        else cfg.get("black_list") or list(ini("msprobe_black_list") or []))
+        s.filter_api = bool(opt.msprobe_filter_api)
+        s.save_error_data = bool(opt.msprobe_save_error_data)
+        s.error_data_path = opt.msprobe_error_data_path or cfg.get("error_data_path") or None
+        mb = opt.msprobe_max_bytes or (size_bytes(ini("msprobe_max_bytes")) if ini("msprobe_max_bytes") else None)
+        s.max_bytes = mb or default_max_bytes()
+        s.timeout = opt.msprobe_timeout or (positive_float(ini("msprobe_timeout")) if ini("msprobe_timeout")
+                                            else None)
+        s.random = bool(opt.msprobe_random)
+        s.seed = (opt.msprobe_seed if opt.msprobe_seed is not None
+                  else seed_int(ini("msprobe_seed")) if ini("msprobe_seed") else DEFAULT_SEED)
+        s.examples = opt.msprobe_examples or 1
+        s.edge_values = bool(opt.msprobe_edge_values)
+        s.gpu_csv = opt.msprobe_gpu_csv
+        s.precision = opt.msprobe_precision or 14
+        return s

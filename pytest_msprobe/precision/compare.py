@@ -1,0 +1,404 @@
+"""Per-output verdicts of the precision standard: one details row per compared output.
+
+Implements spec precision-standard.md sections 1.5-1.7 (which outputs, dispatch, preparation),
+2.8 (which cells are filled), 3.1 (status chain), 3.3 (other statuses), 3.5 (dropout) and 3.6 (roll-up).
+The numbers come from :mod:`.metrics`; every threshold and list comes from :mod:`.standards` through the
+chosen :class:`~.standards.StandardVersion`. torch is imported only when a tensor is met.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..report.columns import DETAIL_METRIC_FIELDS
+from . import metrics as M
+from .standards import (
+    ABSOLUTE,
+    BENCHMARK,
+    BF16,
+    BINARY,
+    DROPOUT_MIN_N,
+    DROPOUT_ZERO_RATIO,
+    ERROR,
+    FIRST_OUTPUT_ONLY_APIS,
+    FP16,
+    MAX_ABS_PASS,
+    NEW_STANDARD_DTYPES,
+    PASS,
+    SKIP,
+    THOUSANDTH,
+    ULP,
+    ULP_PARAMS,
+    StandardVersion,
+    get_standard,
+    standard_for,
+)
+
+MSG_TYPE = "bench and npu output type is different."
+MSG_DICT_KEYS = "bench and npu output dict keys are different."
+MSG_STRUCTURE = "bench and npu output structure is different."
+MSG_BENCH_NONE = "Bench output is None, skip this test."
+MSG_EMPTY_REL = "Relative error result list is empty."
+MSG_NO_BENCH_RESULT = "There is not bench calculation result."
+
+# 3.1 verdict sentences
+V_COS_ERR = "Cosine similarity is less than 0.99, consider as error, skip other check and set to SPACE.\n"
+V_MAXABS_PASS = "Max abs error is less than 0.001, consider as pass, skip other check and set to SPACE.\n"
+V_HUNDRED_ERR = "Relative error is greater than 0.01, consider as error, skip other check and set to SPACE.\n"
+V_THOUSAND_PASS = "Relative error is less than 0.001, consider as pass, skip other check and set to SPACE.\n"
+V_THOUSAND_WARN = ("Relative error is greater than 0.001, consider as warning, skip other check and set to "
+                   "SPACE.\n")
+V_THOUSAND_ERR = "Relative error is greater than 0.001, consider as error, skip other check and set to SPACE.\n"
+V_TEN_THOUSAND_WARN = ("Relative error is greater than 0.0001, consider as warning, skip other check and set "
+                       "to SPACE.\n")
+V_TEN_THOUSAND_PASS = "Relative error is less than 0.0001, consider as pass.\n"
+
+# 1.7 step 5: dtype groups (numpy dtype names) whose members can be compared with each other
+_FLOAT_GROUP = frozenset({"float16", "float32", "float64", "longdouble", "float128"})
+_BOOL_GROUP = frozenset({"bool", "uint8"})
+_INT_GROUP_1_0_4 = frozenset({"int32", "int64"})
+_INT_GROUP_ALL = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+
+_BUILTINS = (bool, int, float, str)
+
+
+def _blank_metrics() -> dict:
+    return dict.fromkeys(DETAIL_METRIC_FIELDS)
+
+
+@dataclass
+class DetailRow:
+    """One row of accuracy_checking_details: an output's dtypes, shape, metric cells and verdict."""
+    name: str                      # e.g. "Functional.linear.0.forward.output.0"
+    bench_dtype: str | None     # None -> blank cell; e.g. "torch.float32" or "<class 'int'>"
+    device_dtype: str | None
+    shape: str | None           # "(8, 32)", "()" ...
+    metrics: dict = field(default_factory=_blank_metrics)  # DETAIL_METRIC_FIELDS keys; None = blank
+    status: str = PASS             # "pass" | "Warning"/"warning" (per version) | "error" | "SKIP"
+    message: str = ""
+    standard: str = ""             # "benchmark"/"ulp"/... which standard applied (for reports)
+
+
+def skip_row(row_name: str, message: str) -> DetailRow:
+    """A SKIP details row: every dtype/shape/metric cell blank."""
+    return DetailRow(row_name, None, None, None, _blank_metrics(), SKIP, message)
+
+
+def _error_row(row_name: str, message: str, bench_dtype: str | None = None,
+               device_dtype: str | None = None, shape: str | None = None) -> DetailRow:
+    return DetailRow(row_name, bench_dtype, device_dtype, shape, _blank_metrics(), ERROR, message)
+
+
+# --------------------------------------------------------------------------------------------------
+# roll-up (3.6) and dropout (3.5)
+def rollup(statuses: Sequence[str], *, version: str | StandardVersion = "1.0.4") -> str | None:
+    """Roll per-output statuses up to an API's forward or backward verdict.
+
+    Empty -> None (blank cell). With the "severity" rule: any error -> error, else any warning -> warning
+    (spelled per version), else all SKIP -> SKIP (when the version says so), else pass.
+    """
+    std = get_standard(version)
+    low = [s.lower() for s in statuses]
+    if not low:
+        return None
+    if std.all_skip_is_skip and all(s == SKIP.lower() for s in low):
+        return SKIP
+    if std.rollup_rule == "last":
+        verdict = PASS
+        for s in low:
+            if s == ERROR:
+                verdict = ERROR
+            elif s == "warning":
+                verdict = std.warning
+        return verdict
+    if ERROR in low:
+        return ERROR
+    if "warning" in low:
+        return std.warning
+    return PASS
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    if hasattr(x, "detach"):
+        t = x.detach().cpu()
+        if str(t.dtype) == BF16:
+            t = t.float()
+        return t.numpy()
+    return np.asarray(x)
+
+
+def dropout_status(bench: Any, device: Any) -> str:
+    """Dropout rule (3.5): with N >= 100, pass iff |zeros(B) - zeros(D)| / N < 0.1; N < 100 passes.
+
+    ``bench``/``device`` are tensors or arrays; a list/tuple (gradient list) contributes its element 0.
+    """
+    if isinstance(bench, (list, tuple)):
+        bench = bench[0] if bench else None
+    if isinstance(device, (list, tuple)):
+        device = device[0] if device else None
+    if bench is None or device is None:
+        return PASS
+    b, d = _to_numpy(bench).reshape(-1), _to_numpy(device).reshape(-1)
+    n = b.size
+    if n < DROPOUT_MIN_N:
+        return PASS
+    diff = abs(int(np.count_nonzero(b == 0)) - int(np.count_nonzero(d == 0)))
+    return PASS if diff / n < DROPOUT_ZERO_RATIO else ERROR
+
+
+# --------------------------------------------------------------------------------------------------
+# tensor preparation (1.7)
+class _TorchSource:
+    """A torch tensor read in chunks as numpy (bfloat16 and other dtypes numpy lacks become float32)."""
+
+    def __init__(self, tensor: Any, np_dtype: np.dtype) -> None:
+        import torch
+
+        self.flat = tensor.detach().cpu().reshape(-1)
+        self.dtype = np.dtype(np_dtype)
+        self.size = int(self.flat.numel())
+        self._torch_dtype = getattr(torch, self.dtype.name)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        return self.flat[start:stop].to(self._torch_dtype).numpy()
+
+
+def _np_dtype_of(tensor: Any, device_is_bf16: bool) -> np.dtype:
+    name = str(tensor.dtype).replace("torch.", "")
+    if device_is_bf16 or name == "bfloat16":
+        return np.dtype("float32") if name in ("bfloat16", "float16", "float32") else np.dtype(name)
+    if name == "bool":
+        return np.dtype("bool")
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return np.dtype("O")
+
+
+def _source(tensor: Any, np_dtype: np.dtype) -> Any:
+    """Chunk source over a tensor: a zero-copy numpy view where possible, else chunked conversion."""
+    t = tensor.detach().cpu()
+    if str(t.dtype).replace("torch.", "") == np_dtype.name and t.is_contiguous():
+        return M.ArraySource(t.numpy())
+    return _TorchSource(t, np_dtype)
+
+
+def _comparable(b: np.dtype, d: np.dtype, std: StandardVersion) -> bool:
+    ints = _INT_GROUP_ALL if std.int_group_any else _INT_GROUP_1_0_4
+    for group in (_FLOAT_GROUP, _BOOL_GROUP, ints):
+        if b.name in group and d.name in group:
+            return True
+    return False
+
+
+def _shape_str(shape: Any) -> str:
+    return str(tuple(int(s) for s in shape))
+
+
+def _compare_tensor(api_name: str, row_name: str, bench: Any, device: Any, std: StandardVersion) -> DetailRow:
+    bench_dtype, device_dtype = str(bench.dtype), str(device.dtype)
+    shape = _shape_str(device.shape)
+    row = DetailRow(row_name, bench_dtype, device_dtype, shape, _blank_metrics(), PASS, "")
+    if tuple(bench.shape) != tuple(device.shape):
+        row.status = ERROR
+        row.message = f"The shape of bench{bench.shape} and npu{device.shape} not equal."
+        return row
+    n = int(device.numel())
+    if n == 0 and std.empty_is_skip:
+        row.status, row.message = SKIP, std.empty_skip_message
+        return row
+    is_bf16 = device_dtype == BF16
+    tb, td = _np_dtype_of(bench, is_bf16), _np_dtype_of(device, is_bf16)
+    if not _comparable(tb, td, std):
+        row.status = ERROR
+        row.message = f"Bench out dtype is {tb.name} but npu output dtype is {td.name}, cannot compare."
+        return row
+    bs, ds = _source(bench, tb), _source(device, td)
+    if td.kind != "f":
+        return _compare_integers(api_name, row, bs, ds, std)
+    return _compare_floats(api_name, row, bs, ds, std)
+
+
+def _compare_integers(api_name: str, row: DetailRow, bs: Any, ds: Any, std: StandardVersion) -> DetailRow:
+    row.standard = BINARY
+    rate = M.binary_error_rate(bs, ds)
+    row.metrics["binary_error_rate"] = rate
+    msg = std.int_message.format(dtype=ds.dtype.name)
+    if rate == "Nan":
+        row.status = ERROR
+        row.message = msg + MSG_NO_BENCH_RESULT + "\n"
+        return row
+    if api_name in std.quantization_apis:
+        b = np.concatenate([bs.read(0, bs.size).astype(np.int64)]) if bs.size else np.zeros(0)
+        d = ds.read(0, ds.size).astype(np.int64)
+        row.status = PASS if int(np.max(np.abs(d - b))) <= std.quant_max_abs else ERROR
+    else:
+        row.status = PASS if rate == 0 else ERROR
+    row.message = msg + "\n"
+    return row
+
+
+def _groups_for(standard: str, dt: str, std: StandardVersion, api_name: str) -> dict:
+    """Which new-standard metric groups to compute (2.8)."""
+    if dt not in NEW_STANDARD_DTYPES:
+        return {}
+    if standard in (BENCHMARK, THOUSANDTH):
+        return {"small_value": std.small_value(dt)}
+    if standard == BINARY:
+        return {"binary": True}
+    if standard == ABSOLUTE:
+        return {"absolute": std.absolute_threshold(api_name, dt)}
+    if standard == ULP:
+        return {"ulp": ULP_PARAMS[dt]}
+    return {}
+
+
+def _compare_floats(api_name: str, row: DetailRow, bs: Any, ds: Any, std: StandardVersion) -> DetailRow:
+    dt = row.device_dtype or ""
+    standard = standard_for(api_name, std, dt)
+    row.standard = standard
+    groups = _groups_for(standard, dt, std, api_name)
+    n = bs.size
+    prefix = std.fp64_message + "\n" if (dt == "torch.float64" and std.fp64_message) else ""
+    if n == 0:
+        ms = M.float_metrics(bs, ds, device_dtype=dt, legacy=False, **groups)
+        row.metrics.update(ms.values)
+        if "small_value" in groups:
+            for key in ("max_rel_err", "mean_rel_err"):
+                row.metrics[key] = None
+            row.status, row.message = ERROR, MSG_EMPTY_REL
+        else:
+            row.status, row.message = SKIP, M.MSG_EMPTY_MAX
+        return row
+    ms = M.float_metrics(bs, ds, device_dtype=dt, legacy=True, agree_nonfinite=std.nonfinite_by_agreement,
+                         **groups)
+    values = dict(ms.values)
+    legacy = {k: values.pop(k) for k in ("cosine", "max_abs_err", *M.RATIO_THRESHOLDS)}
+    row.metrics.update(values)
+    if standard == THOUSANDTH:
+        row.metrics["thousand_ratio"] = legacy["thousand_ratio"]
+    _status_chain(row, ms.cosine, legacy, dt, std, prefix)
+    return row
+
+
+def _status_chain(row: DetailRow, cos: M.CosineResult, legacy: dict, dt: str, std: StandardVersion,
+                  prefix: str) -> None:
+    """The run_ut status chain (3.1): cosine, max abs error, then the relative-error ratios."""
+    cells = row.metrics
+    cells["cosine"] = cos.value
+    msg = prefix + cos.message + "\n"
+    cos_passed = cos.passed or (std.cosine_nan_passes and isinstance(cos.value, float) and cos.value != cos.value)
+    if not cos_passed:
+        row.status, row.message = ERROR, msg + V_COS_ERR
+        return
+    max_abs = legacy["max_abs_err"]
+    cells["max_abs_err"] = max_abs
+    if max_abs < MAX_ABS_PASS:
+        row.status, row.message = PASS, msg + V_MAXABS_PASS
+        return
+    hundred, thousand, ten_thousand = (legacy[k] for k in M.RATIO_THRESHOLDS)
+    if dt in (FP16, BF16):
+        cells["hundred_ratio"] = hundred
+        if not hundred > 1 - M.RATIO_THRESHOLDS["hundred_ratio"]:
+            row.status, row.message = ERROR, msg + V_HUNDRED_ERR
+            return
+        cells["thousand_ratio"] = thousand
+        if thousand > 1 - M.RATIO_THRESHOLDS["thousand_ratio"]:
+            row.status, row.message = PASS, msg + V_THOUSAND_PASS
+        else:
+            row.status, row.message = std.warning, msg + V_THOUSAND_WARN
+        return
+    cells["thousand_ratio"] = thousand
+    cells["ten_thousand_ratio"] = ten_thousand
+    if not thousand > 1 - M.RATIO_THRESHOLDS["thousand_ratio"]:
+        row.status, row.message = ERROR, msg + V_THOUSAND_ERR
+    elif not ten_thousand > 1 - M.RATIO_THRESHOLDS["ten_thousand_ratio"]:
+        row.status, row.message = std.warning, msg + V_TEN_THOUSAND_WARN
+    else:
+        row.status, row.message = PASS, msg + V_TEN_THOUSAND_PASS
+
+
+# --------------------------------------------------------------------------------------------------
+# dispatch (1.6)
+def _is_tensor(x: Any) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "dtype") and hasattr(x, "numel")
+
+
+def _compare_container(api_name: str, row_name: str, bench: Any, device: Any,
+                       std: StandardVersion) -> DetailRow:
+    """dict / nested sequence outputs (fix of defect 9 #4): compare every value, one rolled-up row."""
+    if isinstance(bench, dict):
+        if set(bench) != set(device):
+            return _error_row(row_name, MSG_DICT_KEYS)
+        pairs = [(str(k), bench[k], device[k]) for k in bench]
+    else:
+        if len(bench) > len(device):
+            return _error_row(row_name, MSG_STRUCTURE)
+        pairs = [(str(i), b, device[i]) for i, b in enumerate(bench)]
+    parts = [(k, compare_output(api_name, f"{row_name}[{k}]", b, d, version=std)) for k, b, d in pairs]
+    status = rollup([r.status for _, r in parts], version=std) or SKIP
+    message = "".join(f"[{k}] {r.status}: {r.message.strip()}\n" for k, r in parts
+                      if r.status.lower() != PASS)
+    row = DetailRow(row_name, str(type(bench)), str(type(device)), None, _blank_metrics(), status, message)
+    return row
+
+
+def compare_output(api_name: str, row_name: str, bench: Any, device: Any, *,
+                   version: str | StandardVersion = "1.0.4") -> DetailRow:
+    """Compare one bench output with one device output and return its details row.
+
+    Args:
+        api_name: base API name (``linear``, ``__add__``); picks the standard (4.1).
+        row_name: the row's name, e.g. ``Functional.linear.0.forward.output.0``.
+        bench, device: torch tensors, python bool/int/float/str, None, dicts or sequences.
+        version: standard version name (see :data:`.standards.STANDARDS`).
+    """
+    std = get_standard(version)
+    if not isinstance(bench, type(device)):
+        return _error_row(row_name, MSG_TYPE)
+    if isinstance(bench, (dict, list, tuple)):
+        return _compare_container(api_name, row_name, bench, device, std)
+    if _is_tensor(bench):
+        return _compare_tensor(api_name, row_name, bench, device, std)
+    if isinstance(bench, _BUILTINS):
+        row = DetailRow(row_name, str(type(bench)), str(type(device)), None, _blank_metrics(), PASS, "",
+                        BINARY)
+        if bench == device:
+            row.metrics["binary_error_rate"] = 0
+        else:
+            row.status = ERROR
+            row.metrics["binary_error_rate"] = std.builtin_mismatch_rate
+        return row
+    if bench is None:
+        return skip_row(row_name, MSG_BENCH_NONE)
+    return _error_row(row_name, std.unexpected_type_message.format(type=type(bench)))
+
+
+def compare_outputs(api_name: str, api_call: str, direction: str, bench_out: Any, device_out: Any, *,
+                    version: str | StandardVersion = "1.0.4") -> list:
+    """Compare all outputs of one API call in one direction (1.5); one DetailRow per bench output.
+
+    A single tensor/builtin/None/dict gives one row ``{api_call}.{direction}.output.0``; a list/tuple gives
+    one row per bench element (extra device elements are ignored; missing ones are error rows).
+    """
+    std = get_standard(version)
+    name = f"{api_call}.{direction}.output."
+    if isinstance(bench_out, (list, tuple)) and api_name in FIRST_OUTPUT_ONLY_APIS:
+        bench_out = bench_out[0] if bench_out else None
+        if isinstance(device_out, (list, tuple)):
+            device_out = device_out[0] if device_out else None
+    if not isinstance(bench_out, (list, tuple)):
+        return [compare_output(api_name, name + "0", bench_out, device_out, version=std)]
+    if not isinstance(device_out, (list, tuple)):
+        return [_error_row(name + "0", MSG_TYPE)]
+    rows = []
+    for i, b in enumerate(bench_out):
+        if i >= len(device_out):
+            rows.append(_error_row(name + str(i), MSG_STRUCTURE) if std.structure_mismatch_is_error
+                        else skip_row(name + str(i), "list index out of range"))
+            continue
+        rows.append(compare_output(api_name, name + str(i), b, device_out[i], version=std))
+    return rows

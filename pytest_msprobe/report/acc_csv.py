@@ -1,0 +1,262 @@
+"""The two CSVs of an accuracy check: ``accuracy_checking_result_{ts}.csv`` and ``..._details_{ts}.csv``.
+
+Layout as msprobe writes them (spec precision-standard.md section 6): UTF-8 with one BOM, comma separated,
+minimal quoting, CRLF records (bare LF inside quoted messages). The result CSV keeps msprobe's four columns
+exactly (a row has three fields unless it carries a Message). The details CSV may carry one extra last
+column, ``Data Mode`` (``real_data`` / ``random_data``); readers that select columns by name, like
+msprobe's api_precision_compare, ignore it.
+
+Crash safety: for each API the details rows are written first and the result row last, each flushed to the
+OS at once, so a killed process leaves whole rows behind and a result row means "this API is complete".
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .columns import BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, RESULT_HEADER
+from .fmt import DEFAULT_PRECISION, format_cell, safe_text
+
+BOM = "\ufeff"
+RESULT_PREFIX = "accuracy_checking_result_"
+DETAILS_PREFIX = "accuracy_checking_details_"
+RESULT_NAME_RE = re.compile(r"^accuracy_checking_result_(\d{14})\.csv$")
+_DETAIL_API_RE = re.compile(r"^(?P<api>.+)\.(forward|backward)\.output\.\d+$")
+FILE_MODE = 0o640
+FAILING = {"error"}
+
+
+def new_timestamp() -> str:
+    """Local time ``YYYYmmddHHMMSS``, read once per run (both file names share it)."""
+    return time.strftime("%Y%m%d%H%M%S")
+
+
+def csv_paths(out_dir: str, timestamp: str) -> tuple:
+    """(result path, details path) of a run started at ``timestamp``."""
+    return (os.path.join(out_dir, f"{RESULT_PREFIX}{timestamp}.csv"),
+            os.path.join(out_dir, f"{DETAILS_PREFIX}{timestamp}.csv"))
+
+
+def details_path_for(result_path: str) -> str:
+    """The details twin of a result CSV: ``result`` replaced by ``details`` in the file name only."""
+    head, base = os.path.split(result_path)
+    return os.path.join(head, base.replace("result", "details", 1))
+
+
+def timestamp_of(result_path: str) -> str | None:
+    m = RESULT_NAME_RE.match(os.path.basename(result_path))
+    return m.group(1) if m else None
+
+
+def api_of_output(row_name: str) -> str:
+    """``Functional.linear.0.backward.output.2`` -> ``Functional.linear.0``."""
+    m = _DETAIL_API_RE.match(row_name.lstrip("'"))
+    return m.group("api") if m else row_name.lstrip("'")
+
+
+# --- rows -----------------------------------------------------------------------------------------
+def result_cells(name: str, forward: str, backward: str | None, message: str | None) -> list[str]:
+    """One result row: three fields, or four when there is a Message (API-level SKIP)."""
+    cells = [safe_text(name), forward or BLANK, backward if backward else BLANK]
+    if message is not None:
+        cells.append(safe_text(message))
+    return cells
+
+
+def detail_cells(row: Any, *, precision: int = DEFAULT_PRECISION) -> list[str]:
+    """One details row from a ``DetailRow`` (name, dtypes, shape, metrics, status, message)."""
+    shape = row.shape
+    if isinstance(shape, (list, tuple)):
+        shape = str(tuple(shape))
+    metrics = row.metrics or {}
+    cells = [safe_text(str(row.name)), format_cell(row.bench_dtype), format_cell(row.device_dtype),
+             format_cell(shape)]
+    cells += [format_cell(metrics.get(key), precision) for key in DETAIL_METRIC_FIELDS]
+    cells += [str(row.status), safe_text(row.message or "")]
+    return cells
+
+
+def is_failing(forward: str, backward: str, *, fail_on: str = "error") -> bool:
+    """True when either status is error (or warning, with ``fail_on="warning"``); case-insensitive."""
+    bad = {"error", "warning"} if fail_on == "warning" else FAILING
+    return (forward or "").strip().lower() in bad or (backward or "").strip().lower() in bad
+
+
+# --- reading --------------------------------------------------------------------------------------
+@dataclass
+class ResultRow:
+    name: str
+    forward: str
+    backward: str
+    message: str | None
+
+
+def _read_rows(path: str) -> list[list[str]]:
+    with open(path, "r", encoding="utf-8-sig", newline="") as fh:
+        text = fh.read()
+    complete = text.endswith("\n")
+    rows = list(csv.reader(io.StringIO(text)))
+    if rows and not complete:
+        rows.pop()          # the last record was cut by a killed writer
+    return rows
+
+
+def read_result_csv(path: str) -> list[ResultRow]:
+    """Rows of a result CSV written by us or by msprobe (BOM optional, 3 or 4 fields)."""
+    rows = _read_rows(path)
+    if not rows:
+        raise ValueError(f"{path}: empty file, expected the header {','.join(RESULT_HEADER)}")
+    if rows[0][:1] != [RESULT_HEADER[0]]:
+        raise ValueError(f"{path}: not an accuracy_checking_result CSV (first header cell {rows[0][:1]!r}, "
+                         f"expected {RESULT_HEADER[0]!r})")
+    out = []
+    for r in rows[1:]:
+        if len(r) < 3 or not r[0]:
+            continue
+        out.append(ResultRow(r[0].lstrip("'") if r[0].startswith("'") and r[0][1:2] in "=+-@" else r[0],
+                             r[1], r[2], r[3] if len(r) > 3 else None))
+    return out
+
+
+def read_details_csv(path: str) -> tuple:
+    """(header, rows) of a details CSV; rows shorter than msprobe's 23 columns are dropped."""
+    rows = _read_rows(path)
+    if not rows:
+        return list(DETAILS_HEADER), []
+    header = rows[0]
+    return header, [r for r in rows[1:] if len(r) >= len(DETAILS_HEADER)]
+
+
+def failing_apis(path: str, *, fail_on: str = "error") -> set[str]:
+    """API names whose result row fails (used as a CI baseline)."""
+    return {r.name for r in read_result_csv(path) if is_failing(r.forward, r.backward, fail_on=fail_on)}
+
+
+# --- writing --------------------------------------------------------------------------------------
+def _open_append(path: str, header: Sequence[str]) -> io.TextIOWrapper:
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+    fh = open(fd, "a", encoding="utf-8", newline="")  # noqa: SIM115 - kept open by the writer
+    if new:
+        fh.write(BOM)
+        csv.writer(fh, lineterminator="\r\n").writerow(header)
+        fh.flush()
+    return fh
+
+
+def _has_data_mode(path: str) -> bool:
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return True
+    with open(path, "r", encoding="utf-8-sig", newline="") as fh:
+        first = next(csv.reader(fh), [])
+    return DATA_MODE_COLUMN in first
+
+
+class AccCsvWriter:
+    """Appends API results to a result/details CSV pair, creating each file with BOM and header.
+
+    ``write_api`` writes the API's details rows, then its result row, flushing after each file; files are
+    fsynced at most every ``fsync_interval`` seconds and on ``close``.
+    """
+
+    def __init__(self, result_path: str, details_path: str | None = None, *,
+                 data_mode_column: bool = True, precision: int = DEFAULT_PRECISION,
+                 fsync_interval: float = 1.0) -> None:
+        self.result_path = result_path
+        self.details_path = details_path or details_path_for(result_path)
+        self.precision = precision
+        self.data_mode_column = data_mode_column and _has_data_mode(self.details_path)
+        header = list(DETAILS_HEADER) + ([DATA_MODE_COLUMN] if self.data_mode_column else [])
+        for p in (self.result_path, self.details_path):
+            d = os.path.dirname(os.path.abspath(p))
+            os.makedirs(d, mode=0o750, exist_ok=True)
+        self._details = _open_append(self.details_path, header)
+        self._result = _open_append(self.result_path, RESULT_HEADER)
+        self._dw = csv.writer(self._details, lineterminator="\r\n")
+        self._rw = csv.writer(self._result, lineterminator="\r\n")
+        self._fsync_interval = fsync_interval
+        self._last_sync = time.monotonic()
+        self.rows_written = 0
+
+    def write_api(self, result: Sequence[str], details: Iterable[Sequence[str]], data_mode: str = "") -> None:
+        """Write one API: its details rows (already formatted cells), then its result row."""
+        for cells in details:
+            cells = list(cells)
+            if self.data_mode_column:
+                cells.append(data_mode)
+            self._dw.writerow(cells)
+        self._details.flush()
+        self._rw.writerow(list(result))
+        self._result.flush()
+        self.rows_written += 1
+        now = time.monotonic()
+        if now - self._last_sync >= self._fsync_interval:
+            self.sync()
+            self._last_sync = now
+
+    def sync(self) -> None:
+        for fh in (self._details, self._result):
+            if not fh.closed:
+                fh.flush()
+                os.fsync(fh.fileno())
+
+    def close(self) -> None:
+        self.sync()
+        self._details.close()
+        self._result.close()
+
+    def __enter__(self) -> AccCsvWriter:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _rewrite(path: str, rows: list[list[str]]) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with open(fd, "w", encoding="utf-8", newline="") as fh:
+        fh.write(BOM)
+        csv.writer(fh, lineterminator="\r\n").writerows(rows)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def keep_apis(result_path: str, details_path: str | None, keep: set[str]) -> None:
+    """Rewrite the pair atomically, keeping only the rows of APIs in ``keep`` (one result row each).
+
+    Used before a resumed run: rows of APIs that will run again (failed, unfinished, or whose details were
+    cut off) disappear, so the finished files hold every API exactly once.
+    """
+    details_path = details_path or details_path_for(result_path)
+    if os.path.exists(result_path):
+        rows = _read_rows(result_path)
+        header, body = (rows[0], rows[1:]) if rows else (list(RESULT_HEADER), [])
+        seen: set[str] = set()
+        kept = []
+        for r in body:
+            if len(r) >= 3 and r[0] in keep and r[0] not in seen:
+                seen.add(r[0])
+                kept.append(r)
+        _rewrite(result_path, [header] + kept)
+    if os.path.exists(details_path):
+        rows = _read_rows(details_path)
+        if rows:
+            header = rows[0]
+            kept = [r for r in rows[1:] if len(r) >= len(DETAILS_HEADER) and api_of_output(r[0]) in keep]
+            _rewrite(details_path, [header] + kept)
+
+
+def finished_apis(result_path: str, *, include_failing: bool, fail_on: str = "error") -> set[str]:
+    """APIs with a result row (optionally leaving out failing ones, which a ``--lf`` run repeats)."""
+    if not os.path.exists(result_path):
+        return set()
+    return {r.name for r in read_result_csv(result_path)
+            if include_failing or not is_failing(r.forward, r.backward, fail_on=fail_on)}

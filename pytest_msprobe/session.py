@@ -1,0 +1,126 @@
+"""Per-process state of an accuracy-check run: settings, the device backend, running one case.
+
+One :class:`CheckSession` lives in ``config.stash`` of every process (controller and xdist workers).
+The backend and torch are set up on the first item, not at start-up.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any
+
+from .options import Settings
+from .runner import CaseResult, RunOptions, error_result, run_case
+
+
+class CheckSession:
+    """Settings plus what is needed to run cases in this process."""
+
+    def __init__(self, config: Any, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.worker_id = getattr(config, "workerinput", {}).get("workerid")
+        self.done: set = set()              # APIs already complete in the CSV being continued
+        self.timestamp = ""                 # of the CSV pair (error-data directory name)
+        self._backend: Any = None
+        self._device_index = 0
+        self._registry: Any = None
+        self._filter_seen: dict = {}
+        self.baseline_failing: set = set()
+        self.dump_files: set = set()          # real paths of the dump.json files being checked
+
+    # --- devices ----------------------------------------------------------------------------------------
+    def registry(self) -> Any:
+        if self._registry is None:
+            from .devices import builtin_registry
+            reg = builtin_registry()
+            self.config.hook.pytest_msprobe_register_devices(registry=reg)
+            self._registry = reg
+        return self._registry
+
+    def backend_name(self) -> str:
+        return self.settings.device_type or self.registry().default_name()
+
+    def backend(self) -> tuple:
+        """(backend, device index) of this process; raises ValueError naming what to change."""
+        if self._backend is None:
+            from .devices import device_for_worker
+            reg = self.registry()
+            name = self.backend_name()
+            try:
+                backend = reg.get(name)
+            except KeyError as exc:
+                raise ValueError(str(exc.args[0])) from None
+            if not backend.is_available():
+                raise ValueError(f"device type {name!r} is not available on this machine; choose another "
+                                 f"with --msprobe-device-type (registered: {', '.join(reg.names())})")
+            ids = self.settings.devices or list(range(max(1, backend.device_count())))
+            self._device_index = device_for_worker(self.worker_id, ids)
+            self._backend = backend
+        return self._backend, self._device_index
+
+    # --- running ----------------------------------------------------------------------------------------
+    def run_options(self, dump_path: str) -> RunOptions:
+        s = self.settings
+        error_dir = None
+        if s.save_error_data:
+            base = s.error_data_path or s.out_dir
+            error_dir = os.path.join(base, f"ut_error_data{self.timestamp}")
+        cmd = (f"pytest --msprobe-api-info {dump_path} --msprobe-seed {s.seed} -k '{{name}}'"
+               + (" --msprobe-random" if s.random else "")
+               + (f" --msprobe-examples {s.examples}" if s.examples > 1 else ""))
+        return RunOptions(standard=s.standard, random=s.random, seed=s.seed, max_bytes=s.max_bytes,
+                          edge_values=s.edge_values, examples=s.examples, fail_on=s.fail_on,
+                          error_data_dir=error_dir, reproduce=cmd)
+
+    def run(self, case: Any, dump_path: str) -> CaseResult:
+        """Run one case on this process's backend, under ``--msprobe-timeout`` when set."""
+        backend, index = self.backend()
+        options = self.run_options(dump_path)
+        timeout = self.settings.timeout
+        if not timeout:
+            return run_case(case, backend, index, options)
+        box: list = []
+
+        def target() -> None:
+            try:
+                box.append(run_case(case, backend, index, options))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                box.append(exc)
+
+        thread = threading.Thread(target=target, name=f"msprobe-{case.name}", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive() or not box:
+            name = case.name
+            return error_result(name, f"timeout: the call did not finish within {timeout:g} s "
+                                      "(--msprobe-timeout); it was left running in the background")
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+    # --- selection ----------------------------------------------------------------------------------------
+    def list_skip_reason(self, api: str) -> str | None:
+        """White/black list (spec 7.1), on the base API name; 26.2's SKIP message."""
+        s = self.settings
+        if (s.black_list and api in s.black_list) or (s.white_list and api not in s.white_list):
+            return f"API {api} in black list or not in white list. SKIP."
+        return None
+
+    def filter_skip_reason(self, case: Any) -> str | None:
+        """``--msprobe-filter-api`` (spec 7.2): a call identical in structure to a kept one is SKIP."""
+        if not self.settings.filter_api or not isinstance(case.forward, dict):
+            return None
+        group = f"{case.prefix}.{case.api}"
+        args = case.forward.get("input_args") or []
+        sig_args = [{k: v for k, v in a.items() if k not in ("Max", "Min")} for a in args if isinstance(a, dict)]
+        try:
+            sig = json.dumps([sig_args, case.forward.get("input_kwargs") or {}], sort_keys=True, default=str)
+        except (TypeError, ValueError):
+            return None
+        kept = self._filter_seen.setdefault(group, {})
+        if sig in kept:
+            return f"same structure as {kept[sig]} (--msprobe-filter-api). SKIP."
+        kept[sig] = case.name
+        return None

@@ -1,0 +1,257 @@
+"""End-to-end: ``pytest --msprobe-api-info dump.json`` on msprobe's sample dumps, run through pytester.
+
+A conftest registers a ``planted`` backend through the ``pytest_msprobe_register_devices`` hook: a CPU
+backend that, for one API chosen by environment variables, perturbs the output, sleeps, or SIGKILLs its
+own process (once, guarded by a marker file).
+"""
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import os
+import shutil
+
+import pytest
+import torch  # noqa: F401 - imported before pytester snapshots sys.modules: torch cannot be imported twice
+
+import generators.inputs  # noqa: F401 - the same, and keeps in-process runs fast
+import pytest_msprobe.precision.compare  # noqa: F401
+from pytest_msprobe.report import acc_csv
+
+PLANTED = '''
+import os, signal, time
+from pytest_msprobe.devices import CpuBackend
+
+
+class Planted(CpuBackend):
+    name = "planted"
+
+    def call(self, func, args, kwargs):
+        out = func(*args, **kwargs)
+        if getattr(func, "__name__", "") == os.environ.get("PLANT_API", "gelu"):
+            action = os.environ.get("PLANT_ACTION", "perturb")
+            if action == "perturb":
+                out = out * 1.01
+            elif action == "sleep":
+                time.sleep(float(os.environ.get("PLANT_SLEEP", "3")))
+            elif action == "kill":
+                marker = os.environ["PLANT_MARKER"]
+                if not os.path.exists(marker):
+                    open(marker, "w").close()
+                    os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+
+def pytest_msprobe_register_devices(registry):
+    registry.register(Planted())
+'''
+
+SAMPLE_APIS = [
+    "Functional.linear.0", "Torch.relu.0", "Functional.layer_norm.0", "Functional.gelu.0", "Tensor.__mul__.0",
+    "Tensor.softmax.0", "Tensor.__add__.0", "Functional.linear.1", "Functional.cross_entropy.0",
+    "Tensor.add_.0", "Tensor.add_.1", "Tensor.add_.2", "Tensor.add_.3", "Tensor.add_.4", "Tensor.add_.5",
+]
+
+
+@pytest.fixture
+def project(pytester, data_dir, monkeypatch):
+    """pytester dir with the fp32 tensor dump in dump/, the planted backend, and a clean environment."""
+    pytester.makeini("[pytest]\n")
+    pytester.makeconftest(PLANTED)
+    shutil.copytree(data_dir / "mlp_fp32_tensor_L1" / "step0" / "rank", pytester.path / "dump")
+    for var in ("PLANT_API", "PLANT_ACTION", "PLANT_SLEEP", "PLANT_MARKER"):
+        monkeypatch.delenv(var, raising=False)
+    return pytester
+
+
+@pytest.fixture
+def fp16_project(project):
+    """The same dump converted to fp16 (tensors and dtype strings)."""
+    d = project.path / "dump"
+    for pt in (d / "dump_tensor_data").glob("*.pt"):
+        t = torch.load(pt, weights_only=True)
+        if t.is_floating_point():
+            torch.save(t.half(), pt)
+    j = d / "dump.json"
+    j.write_text(j.read_text().replace('"torch.float32"', '"torch.float16"'))
+    return project
+
+
+def result_rows(path) -> dict:
+    files = glob.glob(str(path / "accuracy_checking_result_*.csv"))
+    assert len(files) == 1, files
+    rows = acc_csv.read_result_csv(files[0])
+    names = [r.name for r in rows]
+    assert len(names) == len(set(names)), f"duplicate rows: {names}"
+    return {r.name: r for r in rows}
+
+
+def details_names(path) -> list:
+    files = glob.glob(str(path / "accuracy_checking_details_*.csv"))
+    assert len(files) == 1, files
+    return [r[0] for r in acc_csv.read_details_csv(files[0])[1]]
+
+
+def test_sample_dump_matches_msprobe_statuses(project, data_dir):
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "-p", "no:randomly")
+    res.assert_outcomes(passed=15)
+    res.stdout.fnmatch_lines(["*msprobe accuracy check*", "forward:  pass 15", "result CSV:*"])
+    ours = result_rows(project.path)
+    ref_file = glob.glob(str(data_dir / "mlp_fp32_tensor_L1_acc_check" / "accuracy_checking_result_*.csv"))[0]
+    ref = {r.name: r for r in acc_csv.read_result_csv(ref_file)}
+    assert list(ours) == list(ref) == SAMPLE_APIS           # every entry once, in dump order
+    for name, r in ref.items():
+        assert (ours[name].forward.lower(), ours[name].backward.strip().lower()) == \
+            (r.forward.lower(), r.backward.strip().lower()), name
+    ref_details = [r[0] for r in acc_csv.read_details_csv(acc_csv.details_path_for(ref_file))[1]]
+    assert sorted(details_names(project.path)) == sorted(ref_details)
+
+
+def test_node_ids_are_call_names_in_dump_order_and_k_selects(project):
+    res = project.runpytest("--msprobe-api-info", "dump", "--collect-only", "-q")
+    assert [ln for ln in res.outlines if "::" in ln] == [f"dump/dump.json::{n}" for n in SAMPLE_APIS]
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "-k", "Functional.gelu.0")
+    res.assert_outcomes(passed=1, deselected=14)
+
+
+def test_planted_fp16_error_fails_exactly_that_api(fp16_project):
+    res = fp16_project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type", "planted")
+    res.assert_outcomes(passed=14, failed=1)
+    res.stdout.fnmatch_lines(["*failing APIs (1):*", "FAILED dump/dump.json::Functional.gelu.0*"])
+    assert res.ret == 1
+    rows = result_rows(fp16_project.path)
+    assert [n for n, r in rows.items() if r.forward == "error" or r.backward == "error"] == ["Functional.gelu.0"]
+
+
+def test_planted_error_under_xdist_and_baseline_xfail(fp16_project):
+    res = fp16_project.runpytest_subprocess("--msprobe-api-info", "dump/dump.json", "-n", "2",
+                                            "--msprobe-device-type", "planted")
+    res.assert_outcomes(passed=14, failed=1)
+    rows = result_rows(fp16_project.path)
+    assert sorted(rows) == sorted(SAMPLE_APIS)
+    assert rows["Functional.gelu.0"].forward == "error"
+    baseline = glob.glob(str(fp16_project.path / "accuracy_checking_result_*.csv"))[0]
+    os.makedirs(fp16_project.path / "second")
+    res = fp16_project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type", "planted",
+                                 "--msprobe-baseline", baseline, "--msprobe-out", "second")
+    res.assert_outcomes(passed=14, xfailed=1)
+    assert res.ret == 0
+
+
+def test_sigkill_mid_run_then_lf_completes_the_csv(project, monkeypatch):
+    monkeypatch.setenv("PLANT_API", "gelu")
+    monkeypatch.setenv("PLANT_ACTION", "kill")
+    monkeypatch.setenv("PLANT_MARKER", str(project.path / "killed"))
+    res = project.runpytest_subprocess("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type",
+                                       "planted")
+    assert res.ret != 0 and (project.path / "killed").exists()
+    before = result_rows(project.path)
+    assert list(before) == SAMPLE_APIS[:3]             # linear.0, relu.0, layer_norm.0 finished
+    res = project.runpytest_subprocess("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type",
+                                       "planted", "--lf")
+    res.assert_outcomes(passed=12, deselected=3)       # only what never finished runs again
+    after = result_rows(project.path)
+    assert sorted(after) == sorted(SAMPLE_APIS)
+    assert all(r.forward == "pass" for r in after.values())
+    names = details_names(project.path)
+    assert len(names) == len(set(names)) and {acc_csv.api_of_output(n) for n in names} == set(SAMPLE_APIS)
+
+
+def test_worker_killed_under_xdist_is_error_then_lf_reruns_it(project, monkeypatch):
+    monkeypatch.setenv("PLANT_API", "gelu")
+    monkeypatch.setenv("PLANT_ACTION", "kill")
+    monkeypatch.setenv("PLANT_MARKER", str(project.path / "killed"))
+    res = project.runpytest_subprocess("--msprobe-api-info", "dump/dump.json", "-n", "2",
+                                       "--msprobe-device-type", "planted")
+    assert res.ret == 1
+    rows = result_rows(project.path)
+    assert sorted(rows) == sorted(SAMPLE_APIS)
+    assert rows["Functional.gelu.0"].forward == "error" and "crashed" in (rows["Functional.gelu.0"].message or "")
+    res = project.runpytest_subprocess("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type",
+                                       "planted", "--lf")
+    res.assert_outcomes(passed=1, deselected=14)
+    rows = result_rows(project.path)
+    assert sorted(rows) == sorted(SAMPLE_APIS) and rows["Functional.gelu.0"].forward == "pass"
+
+
+def test_timeout_is_an_error_and_the_run_goes_on(project, monkeypatch):
+    monkeypatch.setenv("PLANT_API", "gelu")
+    monkeypatch.setenv("PLANT_ACTION", "sleep")
+    monkeypatch.setenv("PLANT_SLEEP", "3")
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type", "planted",
+                            "--msprobe-timeout", "0.5")
+    res.assert_outcomes(passed=14, failed=1)
+    rows = result_rows(project.path)
+    assert rows["Functional.gelu.0"].forward == "error" and "timeout" in rows["Functional.gelu.0"].message
+
+
+def test_white_black_lists_skip_with_reason_and_every_entry_appears(project, tmp_path):
+    cfg = project.path / "config.json"
+    cfg.write_text('{"task": "acc_check", "acc_check": {"white_list": ["linear", "gelu"], "black_list": ["gelu"]}}')
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-config", str(cfg))
+    res.assert_outcomes(passed=2, skipped=13)
+    rows = result_rows(project.path)
+    assert sorted(rows) == sorted(SAMPLE_APIS)
+    assert rows["Functional.gelu.0"].message == "API gelu in black list or not in white list. SKIP."
+    assert rows["Functional.linear.1"].forward == "pass"
+
+
+def test_result_csv_continues_msprobe_file(project, data_dir):
+    src = glob.glob(str(data_dir / "mlp_fp32_tensor_L1_acc_check" / "accuracy_checking_result_*.csv"))[0]
+    for p in (src, acc_csv.details_path_for(src)):
+        shutil.copy(p, project.path)
+    target = project.path / os.path.basename(src)
+    lines = open(target, encoding="utf-8-sig", newline="").read().split("\r\n")
+    with open(target, "w", encoding="utf-8-sig", newline="") as fh:      # drop the last two APIs
+        fh.write("\r\n".join(lines[:-3]) + "\r\n")
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-result-csv", str(target))
+    res.assert_outcomes(passed=2, deselected=13)
+    assert [r.name for r in acc_csv.read_result_csv(str(target))] == SAMPLE_APIS
+    det = list(csv.reader(io.StringIO(open(acc_csv.details_path_for(str(target)), encoding="utf-8-sig",
+                                           newline="").read())))
+    assert {len(r) for r in det} == {23}                # msprobe's file keeps msprobe's columns
+
+
+def test_save_error_data_writes_loadable_tensors(fp16_project):
+    res = fp16_project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type", "planted",
+                                 "--msprobe-save-error-data", "-k", "gelu or relu")
+    res.assert_outcomes(passed=1, failed=1, deselected=13)
+    saved = sorted(os.path.basename(p) for p in glob.glob(str(fp16_project.path / "ut_error_data*" / "*.pt")))
+    assert "Functional.gelu.0.forward.input.0.pt" in saved
+    assert {"Functional.gelu.0.forward.output.bench.0.pt", "Functional.gelu.0.forward.output.device.0.pt"} <= set(saved)
+    assert not any(s.startswith("Torch.relu") for s in saved)
+    bench = torch.load(glob.glob(str(fp16_project.path / "ut_error_data*" / "*output.bench.0.pt"))[0],
+                       weights_only=True)
+    assert bench.dtype == torch.float32 and tuple(bench.shape) == (8, 32)
+
+
+def test_usage_errors_say_what_to_do(project):
+    res = project.runpytest("--msprobe-api-info", "nowhere/dump.json")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--msprobe-api-info*does not exist*"])
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type", "tpu")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*unknown device type 'tpu'*pytest_msprobe_register_devices*"])
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-max-bytes", "lots")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--msprobe-max-bytes*like 4GiB*"])
+
+
+def test_statistics_dump_runs_in_random_mode_reproducibly(pytester, data_dir):
+    pytester.makeini("[pytest]\n")
+    shutil.copytree(data_dir / "mlp_fp32_statistics_L1" / "step0" / "rank", pytester.path / "dump")
+    outs = []
+    for i in range(2):
+        os.makedirs(pytester.path / f"run{i}")
+        res = pytester.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-out", f"run{i}")
+        o = res.parseoutcomes()
+        assert o.get("passed", 0) + o.get("skipped", 0) + o.get("failed", 0) == 15, o
+        rows = result_rows(pytester.path / f"run{i}")
+        assert sorted(rows) == sorted(SAMPLE_APIS)
+        for r in rows.values():
+            assert r.forward != "SKIP" or r.message, r
+        det = glob.glob(str(pytester.path / f"run{i}" / "accuracy_checking_details_*.csv"))[0]
+        outs.append([r[1:] for r in acc_csv.read_details_csv(det)[1]])
+        assert all(r[-1] == "random_data" for r in outs[-1])
+    assert outs[0] == outs[1]

@@ -1,0 +1,121 @@
+"""Real-data mode: inputs decoded from msprobe's tensor files reproduce the dumped outputs."""
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from generators.apis import resolve_api
+from generators.inputs import InputError, build_inputs
+from generators.loader import load_dump
+from generators.real_data import TensorFileError, load_tensor_file
+
+DATA = pathlib.Path(__file__).parent / "data"
+STEP0 = ("mlp_fp32_tensor_L1", "step0")
+
+
+@pytest.fixture(scope="module")
+def tensor_cases():
+    return load_dump(DATA.joinpath(*STEP0)).by_name()
+
+
+def _file(case, name):
+    return torch.load(f"{case.tensor_dir}/{name}", weights_only=True)
+
+
+def test_real_inputs_are_the_dumped_tensors(tensor_cases):
+    case = tensor_cases["Functional.linear.0"]
+    inputs = build_inputs(case)
+    assert inputs.mode == "real" and inputs.seed is None
+    for i, tensor in enumerate(inputs.args):
+        assert torch.equal(tensor, _file(case, f"Functional.linear.0.forward.input.{i}.pt"))
+    assert torch.equal(inputs.grad_output, _file(case, "Functional.linear.0.backward.input.0.pt"))
+    item = case.forward["input_args"][0]
+    assert inputs.args[0].max().item() == pytest.approx(item["Max"])
+    assert "real data" in inputs.summary and "args[0]: float32[8, 16]" in inputs.summary
+
+
+@pytest.mark.parametrize("name", ["Functional.linear.0", "Torch.relu.0", "Functional.gelu.0", "Tensor.__mul__.0",
+                                  "Tensor.softmax.0", "Functional.layer_norm.0", "Functional.cross_entropy.0"])
+def test_replaying_real_inputs_reproduces_the_dumped_output(tensor_cases, name):
+    case = tensor_cases[name]
+    inputs = build_inputs(case)
+    out = resolve_api(case)(*inputs.args, **inputs.kwargs)
+    expected = _file(case, f"{name}.forward.output.0.pt")
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_non_tensor_args_decoded(tensor_cases):
+    inputs = build_inputs(tensor_cases["Functional.layer_norm.0"])
+    assert inputs.args[1] == [32]              # normalized_shape recorded as a list of ints
+    assert isinstance(inputs.args[4], float)   # eps
+
+
+def test_random_flag_forces_random_mode_for_tensor_dumps(tensor_cases):
+    case = tensor_cases["Functional.linear.0"]
+    inputs = build_inputs(case, random=True, seed=7)
+    assert inputs.mode == "random" and inputs.seed == 7
+    assert not torch.equal(inputs.args[0], _file(case, "Functional.linear.0.forward.input.0.pt"))
+    assert inputs.args[0].min().item() == pytest.approx(case.forward["input_args"][0]["Min"])
+
+
+def test_missing_file_and_missing_tensor_dir(data_dir, tmp_path):
+    shutil.copytree(data_dir.joinpath(*STEP0), tmp_path / "step0")
+    tensors = tmp_path / "step0" / "rank" / "dump_tensor_data"
+    (tensors / "Torch.relu.0.forward.input.0.pt").unlink()
+    by = load_dump(tmp_path).by_name()
+    with pytest.raises(InputError, match=r"Torch.relu.0.forward.input.0.pt is missing.*--msprobe-random"):
+        build_inputs(by["Torch.relu.0"])
+    assert build_inputs(by["Torch.relu.0"], random=True).mode == "random"
+    shutil.rmtree(tensors)
+    by = load_dump(tmp_path).by_name()
+    with pytest.raises(InputError, match="tensor files not found"):
+        build_inputs(by["Functional.linear.0"])
+
+
+def test_shape_or_dtype_mismatch_refused(data_dir, tmp_path):
+    shutil.copytree(data_dir.joinpath(*STEP0), tmp_path / "step0")
+    tensors = tmp_path / "step0" / "rank" / "dump_tensor_data"
+    torch.save(torch.zeros(3, 3), tensors / "Torch.relu.0.forward.input.0.pt")
+    torch.save(torch.zeros(8, 32, dtype=torch.float64), tensors / "Functional.gelu.0.forward.input.0.pt")
+    by = load_dump(tmp_path).by_name()
+    with pytest.raises(InputError, match=r"shape \[3, 3\] but dump.json records \[8, 32\]"):
+        build_inputs(by["Torch.relu.0"])
+    with pytest.raises(InputError, match="holds torch.float64"):
+        build_inputs(by["Functional.gelu.0"])
+
+
+def test_npy_files_load_and_bf16_is_restored(tmp_path):
+    np.save(tmp_path / "x.npy", np.arange(6, dtype=np.float32).reshape(2, 3))
+    item = {"type": "mindspore.Tensor", "dtype": "BFloat16", "shape": [2, 3], "data_name": "x.npy"}
+    tensor = load_tensor_file(str(tmp_path), item, max_bytes=1 << 20)
+    assert tensor.dtype == torch.bfloat16 and tensor[1, 2].item() == 5.0
+    (tmp_path / "y.bin").write_bytes(b"abc")
+    with pytest.raises(TensorFileError, match="is not a pt or numpy file"):
+        load_tensor_file(str(tmp_path), {**item, "data_name": "y.bin"}, max_bytes=1 << 20)
+    np.savez(tmp_path / "z.npz", a=np.zeros(2))
+    shutil.copy(tmp_path / "z.npz", tmp_path / "z.npy")
+    with pytest.raises(TensorFileError, match="archive"):
+        load_tensor_file(str(tmp_path), {**item, "data_name": "z.npy"}, max_bytes=1 << 20)
+
+
+def test_file_over_budget_refused_before_loading(tmp_path):
+    torch.save(torch.zeros(1000), tmp_path / "big.pt")
+    item = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [1000], "data_name": "big.pt"}
+    with pytest.raises(TensorFileError, match="over the budget of 100 bytes"):
+        load_tensor_file(str(tmp_path), item, max_bytes=100)
+
+
+def test_real_statistics_match_dump_json(tensor_cases):
+    """Every real tensor agrees with its recorded Max/Min (the files belong to the entries)."""
+    for case in tensor_cases.values():
+        inputs = build_inputs(case)
+        items = [i for i in case.forward["input_args"] if isinstance(i, dict) and "data_name" in i]
+        tensors = [a for a in inputs.args if isinstance(a, torch.Tensor)]
+        for item, tensor in zip(items, tensors):
+            if tensor.is_floating_point():
+                assert tensor.max().item() == pytest.approx(item["Max"], rel=1e-6)
+                assert tensor.min().item() == pytest.approx(item["Min"], rel=1e-6)
