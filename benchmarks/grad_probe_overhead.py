@@ -1,13 +1,17 @@
 """Per-step overhead of grad_probe at L0/L1/L2 on a small transformer (prints figures, asserts nothing).
 
-Model: 4-layer TransformerEncoder, d_model 256, 4 heads, ff 1024, batch 8, seq 64, AdamW, one CPU thread.
-Each configuration trains WARMUP + STEPS optimizer steps; the figure is the median step time on the training
-thread (statistics, the one host transfer and queueing included; file writing runs on the writer thread), and
-"drain" is the time the writer still needed after the last step. Because the step medians are noisy on a shared
-machine, the time spent inside the optimizer hook is printed too: (bare + hook) / bare is the overhead the
-training thread pays by construction.
+Model: 4-layer TransformerEncoder, d_model 256, 4 heads, ff 1024, batch 8, seq 64, AdamW, one CPU thread
+(``torch.set_num_threads(1)``). Each configuration trains WARMUP + STEPS optimizer steps. Printed per
+configuration, as medians over the measured steps:
 
-    python benchmarks/grad_probe_overhead.py [--steps N] [--device cpu|cuda] [--threads T]
+* wall: the step's wall-clock time on the training thread;
+* cpu: the training thread's CPU time (``time.thread_time``): what the step costs by construction, robust
+  against other processes on a shared machine (with one intra-op thread, every op runs on this thread);
+* hook: the part of it spent in grad_probe's optimizer hook (statistics, the one host transfer, queueing);
+* writer: CPU time the background writer thread spent per step (CSV rows, direction files), which runs
+  beside training on another core.
+
+    python benchmarks/grad_probe_overhead.py [--steps N] [--warmup N] [--device cpu|cuda] [--threads T]
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ def build(device: str):
     return model, opt
 
 
-def run(level: str | None, steps: int, warmup: int, device: str) -> tuple[float, float, float, int]:
+def run(level: str | None, steps: int, warmup: int, device: str) -> dict:
     model, opt = build(device)
     x = torch.randn(8, 64, 256, device=device)
     target = torch.randn(8, 64, 256, device=device)
@@ -40,25 +44,30 @@ def run(level: str | None, steps: int, warmup: int, device: str) -> tuple[float,
             mon = GradientMonitor({"task": "grad_probe", "dump_path": out,
                                    "grad_probe": {"grad_level": level, "bounds": [-1e-3, 0, 1e-3]}}, "pytorch")
             mon.monitor(model)
-        times = []
+        wall, cpu = [], []
         for i in range(warmup + steps):
             if device == "cuda":
                 torch.cuda.synchronize()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             opt.zero_grad()
             torch.nn.functional.mse_loss(model(x), target).backward()
             opt.step()
             if device == "cuda":
                 torch.cuda.synchronize()
             if i >= warmup:
-                times.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        hook = 0.0
+                wall.append(time.perf_counter() - t0)
+                cpu.append(time.thread_time() - c0)
+        res = {"wall": statistics.median(wall), "cpu": statistics.median(cpu), "hook": 0.0, "writer": 0.0,
+               "drain": 0.0, "params": sum(p.numel() for p in model.parameters())}
         if mon is not None:
+            t0 = time.perf_counter()
+            mon.flush()
+            res["drain"] = time.perf_counter() - t0
+            impl = mon._impl
+            res["hook"] = impl.hook_cpu_seconds / max(1, impl.exported_steps)
+            res["writer"] = impl.writer.busy_seconds / max(1, impl.exported_steps)
             mon.remove()
-            hook = mon._impl.hook_seconds / max(1, mon._impl.exported_steps)
-        drain = time.perf_counter() - t0
-    return statistics.median(times), hook, drain, sum(p.numel() for p in model.parameters())
+    return res
 
 
 def main() -> None:
@@ -69,18 +78,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    results = {}
-    for level in (None, "L0", "L1", "L2", None):           # bare twice: start and end, to see drift
+    results: dict = {}
+    for level in (None, "L0", "L1", "L2", None):           # bare at the start and the end, to see drift
         key = "bare" if level is None else level
-        med, hook, drain, n = run(level, args.steps, args.warmup, args.device)
-        results.setdefault(key, []).append((med, hook))
-        print(f"{key:>4}: median step {med * 1e3:8.2f} ms   in the optimizer hook {hook * 1e3:7.2f} ms/step   "
-              f"writer drain after last step {drain * 1e3:7.1f} ms", flush=True)
-    bare = min(m for m, _ in results["bare"])
-    print(f"\nparameters: {n:,}  device: {args.device}  threads: {args.threads}  steps: {args.steps}")
+        r = run(level, args.steps, args.warmup, args.device)
+        results.setdefault(key, []).append(r)
+        print(f"{key:>4}: wall {r['wall'] * 1e3:7.1f} ms  cpu {r['cpu'] * 1e3:7.1f} ms  hook {r['hook'] * 1e3:6.1f} ms"
+              f"  writer {r['writer'] * 1e3:6.1f} ms/step  drain {r['drain'] * 1e3:6.1f} ms", flush=True)
+    bare_wall = min(r["wall"] for r in results["bare"])
+    bare_cpu = min(r["cpu"] for r in results["bare"])
+    print(f"\nparameters: {results['bare'][0]['params']:,}  device: {args.device}  threads: {args.threads}  "
+          f"steps: {args.steps}")
     for key in ("L0", "L1", "L2"):
-        med, hook = results[key][0]
-        print(f"{key}: measured {med / bare:.3f}x bare step; training-thread cost alone {(bare + hook) / bare:.3f}x")
+        r = results[key][0]
+        print(f"{key}: training-thread cpu {r['cpu'] / bare_cpu:.3f}x bare   wall {r['wall'] / bare_wall:.3f}x bare")
     print("target: L1 <= 1.2x bare")
 
 

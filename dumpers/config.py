@@ -83,7 +83,7 @@ def _fail(source: str, key: str, message: str) -> ConfigError:
     return ConfigError(f"{source}: '{key}' {message}")
 
 
-def parse_int_list(value: Any, key: str, source: str = "config") -> list:
+def parse_int_list(value: Any, key: str = "step", source: str = "config") -> list:
     """Parse a ``rank``/``step`` list: ints >= 0 and ``"a-b"`` inclusive ranges; sorted, de-duplicated."""
     if value is None:
         return []
@@ -196,7 +196,7 @@ def parse_config(raw: dict, *, framework: str = "pytorch", source: str = "<dict>
     if eff_path is None:
         raise _fail(source, "dump_path", "is missing: add \"dump_path\": \"./dump_path\" to the config or pass "
                                          "dump_path=... to PrecisionDebugger")
-    eff_path = check_dump_path(os.fspath(eff_path), source)
+    eff_path = check_dump_path(os.fspath(eff_path) if isinstance(eff_path, os.PathLike) else eff_path, source)
     if framework == "mindspore":
         eff_path = os.path.abspath(eff_path)
     eff_rank = parse_int_list(rank if rank is not None else raw.get("rank"), "rank", source)

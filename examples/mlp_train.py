@@ -47,7 +47,7 @@ def train(dump_path=None, task="statistics", level="L1", steps=2, dtype=torch.fl
         out = model(x)
         loss = torch.nn.functional.cross_entropy(out, y)
         loss.backward()
-        opt.step(); opt.zero_grad()  # noqa: E702 - the sample's line, kept for identical stacks
+        opt.step(); opt.zero_grad()  # noqa: E702
         if debugger is not None:
             debugger.stop()
             debugger.step()

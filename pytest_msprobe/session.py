@@ -14,6 +14,16 @@ from .options import Settings
 from .runner import CaseResult, RunOptions, error_result, run_case
 
 
+def _warm_up() -> None:
+    """Import what every case needs, so the first timed call is not charged for it."""
+    import torch  # noqa: F401
+
+    from .precision import compare  # noqa: F401
+    from .runner import _generator_attr
+    _generator_attr("build_inputs")
+    _generator_attr("resolve_api")
+
+
 class CheckSession:
     """Settings plus what is needed to run cases in this process."""
 
@@ -81,6 +91,7 @@ class CheckSession:
         timeout = self.settings.timeout
         if not timeout:
             return run_case(case, backend, index, options)
+        _warm_up()
         box: list = []
 
         def target() -> None:

@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup_env.sh
-exec .venv/bin/python demo/run_demo.py "$@"
+VENV=${MSPROBE_VENV:-.venv}
+exec "$VENV"/bin/python demo/run_demo.py "$@"

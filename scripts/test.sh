@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup_env.sh
-exec .venv/bin/python -m pytest -n 2 -q -p no:randomly "$@"
+VENV=${MSPROBE_VENV:-.venv}
+exec "$VENV"/bin/python -m pytest -n 2 -q -p no:randomly "$@"

@@ -13,6 +13,17 @@ from pytest_msprobe.report import acc_csv
 from pytest_msprobe.report.columns import DATA_MODE_COLUMN, DETAILS_HEADER, RESULT_HEADER
 
 
+def _read_bytes(path) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _read_text(path) -> str:
+    with open(path, encoding="utf-8-sig", newline="") as fh:
+        return fh.read()
+
+
+
 def _pass_row(name: str) -> DetailRow:
     row = DetailRow(name, "torch.float64", "torch.float32", "(8, 32)")
     row.metrics.update(cosine=1.0, max_abs_err=1.1826402e-07, error_balance=0.01171875, small_value_err_ratio=0)
@@ -29,13 +40,13 @@ def test_layout_bom_crlf_headers_and_field_counts(tmp_path):
         w.write_api(acc_csv.result_cells("VF.lstm.0", "SKIP", "SKIP", "prefix 'VF' is not replayable"),
                     [acc_csv.detail_cells(skip_row("VF.lstm.0.forward.output.0", "prefix 'VF' is not replayable"))],
                     "real_data")
-    raw = open(res, "rb").read()
+    raw = _read_bytes(res)
     assert raw.startswith(b"\xef\xbb\xbfAPI name,Forward Test Success,Backward Test Success,Message\r\n")
     assert raw.count(b"\xef\xbb\xbf") == 1
     assert b"Functional.linear.0,pass,pass\r\n" in raw          # three fields, no trailing comma
     assert b"Tensor.add_.0,pass, \r\n" in raw                    # blank backward is one space
     assert b"VF.lstm.0,SKIP,SKIP,prefix 'VF' is not replayable\r\n" in raw
-    draw = open(det, "rb").read()
+    draw = _read_bytes(det)
     assert draw.startswith(b"\xef\xbb\xbf" + ",".join(DETAILS_HEADER + [DATA_MODE_COLUMN]).encode() + b"\r\n")
     # message with newlines is quoted, with bare LF inside, CRLF only as record terminator
     assert b'pass,"\nMax abs error is less than 0.001, consider as pass, skip other check and set to SPACE.\n",real_data\r\n' in draw
@@ -62,9 +73,9 @@ def test_formula_injection_is_neutralised(tmp_path):
     with acc_csv.AccCsvWriter(res, det) as w:
         w.write_api(acc_csv.result_cells("=HYPERLINK(1).0", "SKIP", "SKIP", "@SUM(A1)"),
                     [acc_csv.detail_cells(skip_row("=HYPERLINK(1).0.forward.output.0", "+cmd"))])
-    text = open(res, encoding="utf-8-sig").read()
+    text = _read_text(res)
     assert "'=HYPERLINK(1).0,SKIP,SKIP,'@SUM(A1)" in text
-    assert "'+cmd" in open(det, encoding="utf-8-sig").read()
+    assert "'+cmd" in _read_text(det)
     assert acc_csv.read_result_csv(res)[0].name == "=HYPERLINK(1).0"
 
 
@@ -81,14 +92,14 @@ def test_keep_apis_rewrites_pair_without_duplicates_and_cut_rows(tmp_path):
     acc_csv.keep_apis(res, det, {"A.a.0"})
     rows = acc_csv.read_result_csv(res)
     assert [r.name for r in rows] == ["A.a.0"]
-    header, drows = acc_csv.read_details_csv(det)
+    _, drows = acc_csv.read_details_csv(det)
     assert {acc_csv.api_of_output(r[0]) for r in drows} == {"A.a.0"} and len(drows) == 2
-    assert open(res, "rb").read().count(b"\xef\xbb\xbf") == 1
+    assert _read_bytes(res).count(b"\xef\xbb\xbf") == 1
     # appending after the rewrite keeps one header and one BOM
     with acc_csv.AccCsvWriter(res, det) as w:
         w.write_api(acc_csv.result_cells("B.b.0", "pass", None, None), [])
     assert [r.name for r in acc_csv.read_result_csv(res)] == ["A.a.0", "B.b.0"]
-    assert open(det, "rb").read().count(b"\xef\xbb\xbf") == 1
+    assert _read_bytes(det).count(b"\xef\xbb\xbf") == 1
 
 
 def test_reads_msprobe_result_and_continues_without_data_mode(tmp_path, data_dir):
@@ -98,15 +109,15 @@ def test_reads_msprobe_result_and_continues_without_data_mode(tmp_path, data_dir
     assert acc_csv.timestamp_of(src) == "20261130135251"
     res = tmp_path / os.path.basename(src)
     det = acc_csv.details_path_for(str(res))
-    res.write_bytes(open(src, "rb").read())
+    res.write_bytes(_read_bytes(src))
     with open(det, "wb") as fh:
-        fh.write(open(acc_csv.details_path_for(src), "rb").read())
+        fh.write(_read_bytes(acc_csv.details_path_for(src)))
     w = acc_csv.AccCsvWriter(str(res), det)
     assert not w.data_mode_column          # an msprobe file keeps msprobe's 23 columns
     w.write_api(acc_csv.result_cells("Functional.gelu.1", "pass", None, None),
                 [acc_csv.detail_cells(_pass_row("Functional.gelu.1.forward.output.0"))], "real_data")
     w.close()
-    last = list(csv.reader(io.StringIO(open(det, encoding="utf-8-sig", newline="").read())))[-1]
+    last = list(csv.reader(io.StringIO(_read_text(det))))[-1]
     assert len(last) == len(DETAILS_HEADER)
 
 

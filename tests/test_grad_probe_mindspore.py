@@ -96,3 +96,25 @@ def test_monitor_needs_an_optimizer(ms, tmp_path):
     mon = GradientMonitor({"task": "grad_probe", "dump_path": str(tmp_path)}, "mindspore")
     with pytest.raises(TypeError, match="mindspore.nn.Optimizer"):
         mon.monitor(object())
+
+
+def test_through_precision_debugger(ms, tmp_path):
+    import json
+
+    from mindspore import nn
+    debugger_mod = pytest.importorskip("dumpers.mindspore_dump")
+    cfg_file = tmp_path / "config.json"
+    cfg_file.write_text(json.dumps({"task": "grad_probe", "dump_path": str(tmp_path / "out"), "rank": [],
+                                    "step": [], "grad_probe": {"grad_level": "L1"}}))
+    debugger = debugger_mod.PrecisionDebugger(str(cfg_file))
+    net = nn.Dense(4, 2)
+    opt = nn.Adam(net.trainable_params(), learning_rate=0.01)
+    debugger.monitor(opt)
+    grad_fn = ms.value_and_grad(lambda x: net(x).sum(), None, opt.parameters)
+    for _ in range(2):
+        _, grads = grad_fn(ms.Tensor(np.ones((3, 4), np.float32)))
+        opt(grads)
+    debugger.monitor_impl.remove()
+    rank0 = tmp_path / "out" / "rank0"
+    assert sorted(os.listdir(rank0)) == ["grad_summary_0.csv", "grad_summary_1.csv", "step0", "step1"]
+    assert [r["param_name"] for r in read_summary(str(rank0 / "grad_summary_0.csv"))] == ["weight", "bias"]

@@ -195,3 +195,29 @@ def test_rank_filter_without_distributed(tmp_path):
     train(model, 2)
     mon.remove()
     assert not (tmp_path / "rank0").exists()                       # not distributed = rank 0, filtered out
+
+
+def test_through_precision_debugger(tmp_path):
+    debugger_mod = pytest.importorskip("dumpers.torch_dump")
+    cfg_file = tmp_path / "config.json"
+    import json
+    cfg_file.write_text(json.dumps({"task": "grad_probe", "dump_path": str(tmp_path / "out"), "rank": [],
+                                    "step": [1], "grad_probe": {"grad_level": "L2", "bounds": [-0.01, 0, 0.01]}}))
+    debugger_mod.PrecisionDebugger.reset()
+    try:
+        debugger = debugger_mod.PrecisionDebugger(str(cfg_file))
+        model = mlp()
+        debugger.monitor(model)
+        debugger.start()
+        seen = train(model, 3)
+        debugger.stop()
+        debugger.gradient_monitor.flush()
+    finally:
+        debugger_mod.PrecisionDebugger.reset()
+        if getattr(debugger, "gradient_monitor", None) is not None:
+            debugger.gradient_monitor.remove()
+    rank0 = tmp_path / "out" / "rank0"
+    assert sorted(os.listdir(rank0)) == ["grad_summary_1.csv", "step1"]
+    rows = read_summary(str(rank0 / "grad_summary_1.csv"))
+    assert list(rows[0])[1:6] == ["(-inf, -0.01]", "(-0.01, 0]", "(0, 0.01]", "(0.01, inf)", "=0"]
+    assert rows[0]["max"] == f32(seen[1]["0.weight"].max())

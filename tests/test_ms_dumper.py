@@ -273,10 +273,12 @@ def test_l0_cells_forward_backward_and_parameters(runs):
 
 
 def test_training_is_identical_with_and_without_the_dumper(runs):
+    """Parameters bit-identical. (MindSpore's CPU loss reduction itself varies in the last bit from run to run,
+    with or without the dumper, so losses are compared to 1e-6.)"""
     bare_losses, _, bare_params = runs["bare"]
     for name in ("l1_stat", "mix_tensor"):
         losses, _, params = runs[name][1]
-        assert losses == bare_losses
+        assert losses == pytest.approx(bare_losses, rel=1e-6)
         for k, v in bare_params.items():
             assert np.array_equal(params[k], v), f"{name}: parameter {k} differs"
     for name in ("l0_model", "l1_model"):
@@ -303,6 +305,7 @@ def test_loader_reads_the_dumps_and_skips_replay_with_a_reason(runs):
 # --- small direct dumps: filters, encodings, dtypes ------------------------------------------------------
 def dump_calls(ms, tmp_path, calls, steps=1, **cfg_kwargs):
     from pytest_msprobe.mindspore import PrecisionDebugger
+    tmp_path.mkdir(parents=True, exist_ok=True)
     dump = tmp_path / "dump"
     dbg = PrecisionDebugger(write_config(tmp_path / "c.json", dump, **cfg_kwargs))
     try:
@@ -366,16 +369,16 @@ def test_md5_and_bfloat16_tensor(ms, tmp_path):
     from mindspore import ops
 
     def calls(ms_):
-        ops.relu(ms_.Tensor(np.array([[-1.5, 0.25], [2.0, 3.0]], np.float32), ms_.bfloat16))
+        ops.cast(ms_.Tensor(np.array([[-1.5, 0.25], [2.0, 3.0]], np.float32)), ms_.bfloat16)
 
     dump = dump_calls(ms, tmp_path, calls, task="tensor", summary_mode="md5")
     doc = load(dump)
-    item = doc["data"]["Functional.relu.0.forward"]["output"][0]
+    item = doc["data"]["Functional.cast.0.forward"]["output"][0]
     assert item["dtype"] == "BFloat16"
     arr = np.load(os.path.join(doc["dump_data_dir"], item["data_name"]))
-    assert arr.dtype == np.float32 and arr.tolist() == [[0.0, 0.25], [2.0, 3.0]]
+    assert arr.dtype == np.float32 and arr.tolist() == [[-1.5, 0.25], [2.0, 3.0]]
     assert item["md5"] == f"{zlib.crc32(arr.tobytes()):08x}"
-    assert (item["Max"], item["Min"], item["Mean"]) == (3.0, 0.0, 1.3125)
+    assert (item["Max"], item["Min"], item["Mean"]) == (3.0, -1.5, 0.9375)
 
 
 def test_journal_keeps_entries_until_stop(ms, tmp_path):

@@ -96,7 +96,8 @@ class TorchGradMonitor:
         self._handle = None
         self._cleared = False
         self._edges: dict[torch.device, torch.Tensor] = {}
-        self.hook_seconds = 0.0              # time spent on the training thread in exported steps
+        self.hook_seconds = 0.0              # wall time spent on the training thread in exported steps
+        self.hook_cpu_seconds = 0.0          # CPU time of the training thread in exported steps
         self.exported_steps = 0
 
     # -- set-up -------------------------------------------------------------------------------------
@@ -140,9 +141,10 @@ class TorchGradMonitor:
         rank = current_rank()
         if not self.config.wants_rank(rank) or not self.config.wants_step(self.step):
             return
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         self.export(self.step, rank)
         self.hook_seconds += time.perf_counter() - t0
+        self.hook_cpu_seconds += time.thread_time() - c0
         self.exported_steps += 1
 
     def export(self, step: int, rank: int) -> None:

@@ -5,6 +5,7 @@ import atexit
 import logging
 import queue
 import threading
+import time
 import weakref
 from typing import Callable
 
@@ -27,6 +28,7 @@ class BackgroundWriter:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.errors: list[BaseException] = []
+        self.busy_seconds = 0.0              # CPU time the writer thread spent on jobs
         ref = weakref.ref(self)
         atexit.register(lambda: ref() is not None and ref().close())
 
@@ -36,7 +38,9 @@ class BackgroundWriter:
             try:
                 if job is _STOP:
                     return
+                t0 = time.thread_time()
                 job()
+                self.busy_seconds += time.thread_time() - t0
             except Exception as exc:  # noqa: BLE001 - a write failure must not kill the writer
                 self.errors.append(exc)
                 log.error("grad_probe: writing gradient data failed: %s", exc)

@@ -180,15 +180,21 @@ def is_float_tensor(obj: Any) -> bool:
 
 
 def identity(tensor: Any) -> Any:
-    """A new tensor equal to ``tensor``; its gradient is the gradient of this one use of ``tensor``."""
-    from mindspore import ops
-    return ops.identity(tensor)
+    """A new tensor (a view: no copy) equal to ``tensor``; its gradient is that of this one use of ``tensor``."""
+    try:
+        return tensor.view(tensor.shape)
+    except (RuntimeError, TypeError, ValueError):
+        from mindspore import ops
+        return ops.deepcopy(tensor)
 
 
 def recording_grad() -> bool:
     """True inside ``ms.grad`` / ``value_and_grad`` / ``GradOperation`` in PyNative mode."""
     try:
-        from mindspore.common.api import _pynative_executor
+        try:
+            from mindspore.graph.api import _pynative_executor
+        except ImportError:
+            from mindspore.common.api import _pynative_executor
         return bool(_pynative_executor.requires_grad())
     except (ImportError, AttributeError):     # a MindSpore without this query: assume grads are recorded
         return True

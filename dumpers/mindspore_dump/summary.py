@@ -30,17 +30,16 @@ def is_tensor(obj: Any) -> bool:
     return isinstance(obj, _ms().Tensor)
 
 
-def to_numpy(tensor: Any) -> np.ndarray:
-    """Host copy of a MindSpore tensor; bfloat16 becomes float32 (numpy has no bfloat16)."""
+def to_numpy(tensor: Any) -> tuple:
+    """(host copy, MindSpore dtype string such as "Float32"); bfloat16 becomes float32 (numpy has none).
+
+    The dtype is read once: in PyNative each read may wait for the tensor's pending operation.
+    """
     ms = _ms()
-    if tensor.dtype == ms.bfloat16:
+    dtype = tensor.dtype
+    if dtype == ms.bfloat16:
         tensor = ms.ops.cast(tensor, ms.float32)
-    return tensor.asnumpy()
-
-
-def dtype_name(tensor: Any) -> str:
-    """MindSpore's dtype string, e.g. "Float32", "BFloat16", "Int64"."""
-    return str(tensor.dtype)
+    return tensor.asnumpy(), str(dtype)
 
 
 def _py(x: Any) -> Any:
@@ -87,8 +86,8 @@ class Summariser:
         self.on_file: Callable[[str], None] | None = None
 
     def tensor_item(self, tensor: Any, name: str | None) -> dict:
-        arr = to_numpy(tensor)
-        item = {"type": fmt.MINDSPORE_TENSOR_TYPE, "dtype": dtype_name(tensor), "shape": list(arr.shape)}
+        arr, dtype = to_numpy(tensor)
+        item = {"type": fmt.MINDSPORE_TENSOR_TYPE, "dtype": dtype, "shape": list(arr.shape)}
         item.update(statistics(arr))
         if self.md5:
             item["md5"] = crc32_hex(arr)

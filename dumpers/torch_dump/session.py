@@ -55,11 +55,11 @@ def _parts(data_mode: list, direction: str) -> tuple:
 class Pending:
     """A call between its start and its end: inputs summarised, output not yet known."""
 
-    __slots__ = ("key", "batch", "enc", "entry", "frames", "parent", "record", "want_out")
+    __slots__ = ("key", "batch", "enc", "entry", "sid", "parent", "record", "want_out")
 
-    def __init__(self, key, batch, enc, entry, frames, parent, record, want_out):
+    def __init__(self, key, batch, enc, entry, sid, parent, record, want_out):
         self.key, self.batch, self.enc, self.entry = key, batch, enc, entry
-        self.frames, self.parent, self.record, self.want_out = frames, parent, record, want_out
+        self.sid, self.parent, self.record, self.want_out = sid, parent, record, want_out
 
 
 class DumpSession:
@@ -98,6 +98,7 @@ class DumpSession:
         self.data: dict = {}
         self.construct: dict = {}
         self.stack_groups: dict = {}      # frames -> [id, keys, lines]
+        self._groups_by_id: dict = {}
         self.dir: Optional[str] = None
         self.tensor_dir: Optional[str] = None
         self.dump_data_dir: Optional[str] = None
@@ -237,7 +238,7 @@ class DumpSession:
         """Start recording a forward call: filters, construct node, input summaries, stack."""
         parent = self.parent()
         record = self.wanted(key) and (self.fwd_in or self.fwd_out)
-        batch = enc = frames = None
+        batch = enc = sid = None
         entry: dict = {}
         if record:
             batch = StatBatch(self.md5, self.cache)
@@ -245,8 +246,8 @@ class DumpSession:
             if self.fwd_in:
                 entry["input_args"] = enc.args(args)
                 entry["input_kwargs"] = enc.kwargs(kwargs)
-            frames = stacklib.capture(skip_code)
-        return Pending(key, batch, enc, entry, frames, parent, record, self.fwd_out)
+            sid = self.stack_id(stacklib.capture(skip_code))
+        return Pending(key, batch, enc, entry, sid, parent, record, self.fwd_out)
 
     def finish(self, p: Pending, result: Any, as_list: Optional[list] = None, extra: Optional[dict] = None) -> None:
         """End a forward call: output summaries, one host transfer, record."""
@@ -259,26 +260,29 @@ class DumpSession:
             for name, value in extra.items():
                 p.entry[name] = value(p.enc) if callable(value) else value
         p.batch.resolve()
-        self.record(p.key, p.entry, p.frames)
+        self.record(p.key, p.entry, p.sid)
 
-    def record(self, key: str, entry: dict, frames: Optional[tuple] = None) -> None:
+    def stack_id(self, frames: tuple) -> int:
+        """The stack.json group of a call stack (new groups are journalled at once)."""
+        group = self.stack_groups.get(frames)
+        if group is None:
+            lines = self._stack_lines.get(frames)
+            if lines is None:
+                lines = self._stack_lines[frames] = stacklib.format_frames(frames)
+            group = self.stack_groups[frames] = [len(self.stack_groups), [], lines]
+            self._groups_by_id[group[0]] = group
+            if self.journal is not None:
+                try:
+                    self.journal.stack(group[0], lines)
+                except OSError as exc:
+                    self._fail(exc)
+        return group[0]
+
+    def record(self, key: str, entry: dict, sid: Optional[int] = None) -> None:
         if not entry:
             return
-        sid = None
-        if frames is not None:
-            group = self.stack_groups.get(frames)
-            if group is None:
-                lines = self._stack_lines.get(frames)
-                if lines is None:
-                    lines = self._stack_lines[frames] = stacklib.format_frames(frames)
-                group = self.stack_groups[frames] = [len(self.stack_groups), [], lines]
-                if self.journal is not None:
-                    try:
-                        self.journal.stack(group[0], lines)
-                    except OSError as exc:
-                        self._fail(exc)
-            group[1].append(key)
-            sid = group[0]
+        if sid is not None:
+            self._groups_by_id[sid][1].append(key)
         self.data[key] = entry
         if self.journal is not None:
             try:

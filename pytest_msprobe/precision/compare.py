@@ -165,6 +165,12 @@ class _TorchSource:
     def read(self, start: int, stop: int) -> np.ndarray:
         return self.flat[start:stop].to(self._torch_dtype).numpy()
 
+    def read_into(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
+        import torch
+
+        torch.from_numpy(out).copy_(self.flat[start:stop])
+        return out
+
 
 def _np_dtype_of(tensor: Any, device_is_bf16: bool) -> np.dtype:
     name = str(tensor.dtype).replace("torch.", "")

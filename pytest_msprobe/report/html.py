@@ -97,6 +97,7 @@ class ApiView:
     stack: List[str] = field(default_factory=list)
     cosine: Optional[float] = None
     max_abs: Optional[float] = None
+    compare: str = ""              # NPU-vs-GPU verdict, when an api_precision_compare result is given
 
 
 def _api_status(fwd: str, bwd: str) -> str:
@@ -107,7 +108,18 @@ def _api_status(fwd: str, bwd: str) -> str:
     return "pass"
 
 
-def build_views(result_rows, details_rows, stacks) -> List[ApiView]:
+def _compare_verdicts(path: Optional[str]) -> Dict[str, str]:
+    """API -> worst of forward/backward in an api_precision_compare_result CSV."""
+    if not path or not os.path.isfile(path):
+        return {}
+    out = {}
+    for row in read_csv_rows(path):
+        name = row.get("API Name") or row.get("API name") or ""
+        out[name] = _api_status(row.get("Forward Test Success", ""), row.get("Backward Test Success", ""))
+    return out
+
+
+def build_views(result_rows, details_rows, stacks, compare=None) -> List[ApiView]:
     by_api: Dict[str, List[Dict[str, str]]] = {}
     for row in details_rows:
         name = row.get("API Name", "")
@@ -131,9 +143,12 @@ def build_views(result_rows, details_rows, stacks) -> List[ApiView]:
         mae = [m for m in mae if m is not None and not math.isnan(m)]
         view.max_abs = max(mae) if mae else None
         view.stack = stacks.get(f"{name}.forward", [])
+        if compare:
+            view.compare = compare.get(name, "")
         views.append(view)
     order = {s: i for i, s in enumerate(STATUS_ORDER)}
-    views.sort(key=lambda v: (order.get(v.status, 9), -(v.max_abs or 0.0)))
+    views.sort(key=lambda v: (order.get(v.compare, 9) if compare else 0, order.get(v.status, 9),
+                              -(v.max_abs or 0.0)))
     return views
 
 
@@ -174,7 +189,8 @@ def _plot_png(views: List[ApiView]) -> Optional[str]:
 
 
 def render_report(result_csv: str, details_csv: Optional[str] = None, out_path: Optional[str] = None, *,
-                  dump_dir: Optional[str] = None, title: str = "pytest-msprobe accuracy report",
+                  dump_dir: Optional[str] = None, compare_csv: Optional[str] = None,
+                  title: str = "pytest-msprobe accuracy report",
                   extra: Optional[Dict[str, str]] = None) -> str:
     """Render the HTML report and write it to ``out_path`` (default beside the result CSV). Returns the path."""
     from jinja2 import Environment, PackageLoader, select_autoescape
@@ -184,12 +200,15 @@ def render_report(result_csv: str, details_csv: Optional[str] = None, out_path: 
                                    os.path.basename(result_csv).replace("result", "details"))
     result_rows = read_csv_rows(result_csv)
     details_rows = read_csv_rows(details_csv) if os.path.isfile(details_csv) else []
-    views = build_views(result_rows, details_rows, load_stacks(dump_dir))
+    compare = _compare_verdicts(compare_csv)
+    views = build_views(result_rows, details_rows, load_stacks(dump_dir), compare)
     counts = {s: sum(1 for v in views if v.status == s) for s in STATUS_ORDER}
+    compare_counts = {s: sum(1 for v in views if v.compare == s) for s in STATUS_ORDER} if compare else None
     env = Environment(loader=PackageLoader("pytest_msprobe.report", "templates"),
                       autoescape=select_autoescape(["html", "j2"]))
     html = env.get_template("report.html.j2").render(
-        title=title, views=views, counts=counts, total=len(views), plot=_plot_png(views),
+        title=title, views=views, counts=counts, compare_counts=compare_counts,
+        compare_csv=os.path.abspath(compare_csv) if compare else None, total=len(views), plot=_plot_png(views),
         result_csv=os.path.abspath(result_csv), details_csv=os.path.abspath(details_csv),
         columns=[c for c in DETAILS_HEADER if c not in ("API Name", "Message")],
         labels=METRIC_LABELS, extra=extra or {},

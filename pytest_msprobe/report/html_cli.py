@@ -13,12 +13,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("result_csv", help="accuracy_checking_result_*.csv (ours or msprobe's)")
     parser.add_argument("--details", help="the details CSV (default: the result CSV's details twin)")
     parser.add_argument("--dump", help="dump directory holding stack.json, to show each API's call stack")
+    parser.add_argument("--compare", help="api_precision_compare_result CSV: show the NPU-vs-GPU verdict per API")
     parser.add_argument("-o", "--output", help="HTML file to write (default: beside the result CSV)")
 
 
 def run(args: argparse.Namespace) -> int:
     from .html import render_report
 
-    path = render_report(args.result_csv, args.details, args.output, dump_dir=args.dump)
+    path = render_report(args.result_csv, args.details, args.output, dump_dir=args.dump,
+                         compare_csv=args.compare)
     print(f"HTML report: {path}")
     return 0

@@ -1,0 +1,62 @@
+"""Worker processes for ``process_num > 0`` (spec section 10).
+
+The training thread copies inputs and the device result to the CPU and submits a :class:`~.job.Job`;
+a worker runs the bench (for ops it can resolve by name), judges, and dumps. Results come back through
+the pool's own result queue and are written in ``api_index`` order, so the CSV is the same as with
+``process_num=0``. Workers are started with ``spawn``: forking a process whose OpenMP thread pool is in
+use can hang the child. Each worker uses the training process's intra-op thread count, so its CPU
+kernels reduce in the same order and the bench results are bit-identical.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing
+from typing import Any
+
+import torch
+
+from . import ops, tensors
+from .job import Job, OpResult, error_result, evaluate
+
+LOG = logging.getLogger("pytest_msprobe.online_dispatch")
+
+
+def _init_worker(num_threads: int) -> None:
+    torch.set_num_threads(num_threads)
+
+
+def _work(job: Job) -> OpResult:
+    job.args, job.kwargs = tensors.unpack((job.args, job.kwargs))
+    job.device_out = tensors.unpack(job.device_out)
+    job.bench_out = tensors.unpack(job.bench_out)
+    job.rng_state = tensors.unpack(job.rng_state)
+    try:
+        fn = ops.resolve(job.qualname) if job.run_bench else None
+        return evaluate(job, fn)
+    except Exception as exc:  # noqa: BLE001 - the row says what failed, training goes on
+        LOG.error("multiprocess %s", exc)
+        return error_result(job, exc)
+
+
+class WorkerPool:
+    """A ``spawn`` pool judging jobs asynchronously, with a bound on the jobs in flight."""
+
+    def __init__(self, process_num: int) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._pool = ctx.Pool(process_num, initializer=_init_worker, initargs=(torch.get_num_threads(),))
+        self.max_in_flight = 8 * process_num
+
+    def submit(self, job: Job) -> Any:
+        job.args, job.kwargs = tensors.pack((job.args, job.kwargs))
+        job.device_out = tensors.pack(job.device_out)
+        job.bench_out = tensors.pack(job.bench_out)
+        job.rng_state = tensors.pack(job.rng_state)
+        return self._pool.apply_async(_work, (job,))
+
+    def close(self) -> None:
+        self._pool.close()
+        self._pool.join()
+
+    def terminate(self) -> None:
+        self._pool.terminate()
+        self._pool.join()

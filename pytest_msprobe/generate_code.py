@@ -1,0 +1,184 @@
+"""The Python text of a generated suite: the parametrized test module and the reproduction scripts.
+
+Strings taken from a dump go into the code only through ``repr`` (literals) or :func:`comment_lines`
+(comments with control characters removed), so a hostile dump cannot inject code.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dumpers import format as fmt
+
+from .generate import HEADER_MARK, Plan, Selected, comment_lines
+
+_ARG_LIMIT = 48          # characters of one argument's description in a comment
+_MAX_ITEMS = 6           # list elements described before "..."
+
+
+def literal(text: str) -> str:
+    """A double-quoted Python string literal (JSON's ASCII escapes mean the same in Python)."""
+    return json.dumps(str(text), ensure_ascii=True)
+
+
+def _describe(value: Any, depth: int = 0) -> str:
+    """A short description of one dumped argument: ``float32[8, 16]``, ``-1``, ``None``, ``[...]``."""
+    from generators import entries
+    if value is None:
+        return "None"
+    if isinstance(value, list):
+        if depth > 2:
+            return "[...]"
+        parts = [_describe(v, depth + 1) for v in value[:_MAX_ITEMS]]
+        return "[" + ", ".join(parts) + (", ..." if len(value) > _MAX_ITEMS else "") + "]"
+    if not isinstance(value, dict):
+        return repr(value)
+    if entries.is_tensor_item(value):
+        dtype = fmt.canonical_dtype(value.get("dtype")) or str(value.get("dtype"))
+        return f"{dtype}[{','.join(str(n) for n in value.get('shape') or [])}]"
+    if "type" in value:
+        kind, inner = value.get("type"), value.get("value")
+        if kind == "slice" and isinstance(inner, list):
+            return "slice(" + ", ".join(repr(v) for v in inner) + ")"
+        if kind == "torch.dtype":
+            return str(inner)
+        text = repr(inner)
+    elif depth > 2:
+        text = "{...}"
+    else:
+        text = "{" + ", ".join(f"{k}: {_describe(v, depth + 1)}" for k, v in list(value.items())[:_MAX_ITEMS]) + "}"
+    return text if len(text) <= _ARG_LIMIT else text[:_ARG_LIMIT - 3] + "..."
+
+
+def signature(case: Any) -> str:
+    """``gelu(float32[8, 32]) -> float32[8, 32]`` from the forward entry."""
+    fwd = case.forward or {}
+    args = [_describe(a) for a in (fwd.get("input_args") or [])]
+    kwargs = fwd.get("input_kwargs") or {}
+    args += [f"{k}={_describe(v)}" for k, v in kwargs.items()] if isinstance(kwargs, dict) else []
+    outputs = fwd.get("output") or []
+    out = ", ".join(_describe(o) for o in outputs) if isinstance(outputs, list) else "?"
+    return f"{case.api}({', '.join(args)}) -> {out or 'None'}"
+
+
+def standards_of(case: Any, version: str) -> str:
+    """The precision standard(s) that judge the call's float outputs, e.g. ``absolute``."""
+    from generators import entries
+
+    from .precision.standards import FLOAT_DTYPES, standard_for
+    found = []
+    for part in (case.forward or {}, case.backward or {}):
+        outputs = part.get("output") if isinstance(part, dict) else None
+        for _, item in entries.iter_tensor_items(outputs):
+            dtype = f"torch.{fmt.canonical_dtype(item.get('dtype'))}"
+            name = standard_for(case.api, version, dtype) if dtype in FLOAT_DTYPES else "exact (non-float)"
+            if name not in found:
+                found.append(name)
+    return ", ".join(found) or "none (no tensor output)"
+
+
+def case_comment(sel: Selected, plan: Plan, indent: str) -> list:
+    """Comment lines above one case: API and shapes, gradient, standard, problem, recorded failure."""
+    case = sel.case
+    lines = comment_lines(f"{case.call_name}: {signature(case)}", indent)
+    grads = (case.backward or {}).get("input") or []
+    extra = []
+    if case.backward is not None:
+        extra.append(f"backward with grad {_describe(grads[0]) if grads else 'None'}")
+    extra.append(f"standard {plan.standard}: {standards_of(case, plan.standard)}")
+    lines += comment_lines("; ".join(extra), indent, first="#   ")
+    if case.problem:
+        lines += comment_lines(f"skips: {case.problem}", indent, first="#   ")
+    if sel.verdict:
+        lines += comment_lines(f"checker result: {sel.verdict}", indent, first="#   ")
+    for failure in sel.failures:
+        lines += comment_lines(f"failed: {failure}", indent, first="#   ")
+    return lines
+
+
+def _docstring_lines(plan: Plan) -> list:
+    mode = f"random data, seed {plan.seed}" if plan.random else "real data"
+    n = len(plan.selected)
+    lines = [f'"""Regression tests of {n} API call{"s" if n != 1 else ""} captured in {plan.label} ({mode}).', ""]
+    body = ("Each case replays one captured call on the device under test and on the CPU bench (raised precision) "
+            "and judges outputs and gradients with the precision standard, as `pytest --msprobe-api-info` does. "
+            "Run with `pytest DIR` (add -n, --lf, -k as usual); choose the device with --msprobe-device-type "
+            f"(cpu, cuda, npu or a registered backend). The inputs live in {plan.name}_data/, so the "
+            "original dump is not needed.")
+    lines += [ln[2:] for ln in comment_lines(body, "", first="  ", rest="  ")]
+    if plan.result_csv:
+        lines.append("")
+        lines += [ln[2:] for ln in comment_lines(
+            "Selected from a checker result CSV; the comment above each case shows its recorded verdict.",
+            "", first="  ", rest="  ")]
+    lines += ["", "Regenerate instead of editing: pytest-msprobe generate (see docs/generate.md).", '"""']
+    return lines
+
+
+def test_module(plan: Plan) -> str:
+    """The source of ``test_<name>.py``."""
+    out = [HEADER_MARK, *_docstring_lines(plan),
+           "from __future__ import annotations", "",
+           "import pathlib", "",
+           "import pytest",
+           "from pytest_msprobe.testing import check_call", "",
+           f"DATA = pathlib.Path(__file__).parent / {literal(plan.name + '_data')}",
+           f"RANDOM = {plan.random!r}",
+           f"SEED = {plan.seed!r}",
+           f"STANDARD = {literal(plan.standard)}",
+           "", "",
+           "@pytest.mark.parametrize(",
+           '    "call",',
+           "    ["]
+    for sel in plan.selected:
+        out += case_comment(sel, plan, " " * 8)
+        out.append(f"        {literal(sel.case.call_name)},")
+    out += ["    ],",
+            ")",
+            "def test_api_call(call: str, pytestconfig: pytest.Config) -> None:",
+            "    check_call(pytestconfig, DATA, call, random=RANDOM, seed=SEED, standard=STANDARD)",
+            ""]
+    return "\n".join(out)
+
+
+def script(plan: Plan, call: str) -> str:
+    """The source of ``reproduce_<call>.py``: the call's replay as plain steps, no pytest."""
+    sel = next(s for s in plan.selected if s.case.call_name == call)
+    doc = [f'"""Reproduce {call} without pytest: load its inputs, run device and bench, print the verdict.', ""]
+    doc += [ln[2:] for ln in comment_lines(
+        f"python {_script_file(call)} [--device-type cpu|cuda|npu] [--device-index N] "
+        "[--backend module:attribute] [--standard 1.0.4|26.2]. The exit status is 1 when the call fails "
+        f"the precision standard, 2 when it cannot run. Inputs come from {plan.name}_data/.",
+        "", first="  ", rest="  ")]
+    doc.append('"""')
+    out = [HEADER_MARK, *doc,
+           "from __future__ import annotations", "",
+           "import pathlib",
+           "import sys", "",
+           "from pytest_msprobe import testing", "",
+           f"DATA = pathlib.Path(__file__).parent / {literal(plan.name + '_data')}",
+           f"RANDOM = {plan.random!r}",
+           f"SEED = {plan.seed!r}",
+           ""]
+    out += case_comment(sel, plan, "")
+    out += [f"CALL = {literal(call)}",
+            "", "",
+            "def main(argv: list) -> int:",
+            f"    args = testing.reproduce_parser({literal(call)}, default_standard={literal(plan.standard)}).parse_args(argv)",
+            "    case = testing.load_case(DATA, CALL)",
+            "    backend = testing.get_backend(args.device_type, args.backend)",
+            "    print(testing.describe_case(case))",
+            "    result = testing.run_call(case, backend, args.device_index, random=RANDOM, seed=SEED,",
+            "                              standard=args.standard)",
+            "    print(testing.format_result(result))",
+            "    return testing.exit_status(result, args.fail_on)",
+            "", "",
+            'if __name__ == "__main__":',
+            "    sys.exit(main(sys.argv[1:]))",
+            ""]
+    return "\n".join(out)
+
+
+def _script_file(call: str) -> str:
+    from .generate import script_name
+    return script_name(call)
