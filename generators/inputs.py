@@ -136,7 +136,7 @@ def _random_tensor(case: Any, label: str, path: tuple, item: dict, seed: int, pa
     if part in ("args", "kwargs") and case.forward:
         bound = index_bound(case.prefix, case.api, case.forward, path)
     array = generate(spec, _seed_for(seed, case.name, label), params, index=bound)
-    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    tensor = torch.from_numpy(np.require(array, requirements="C"))
     if str(tensor.dtype) != f"torch.{spec.dtype}":
         tensor = tensor.to(getattr(torch, spec.dtype))
     return tensor, describe(array, spec)

@@ -55,7 +55,7 @@ def load_tensor_file(tensor_dir: str, item: dict, *, max_bytes: int, where: str 
                                   f"({type(exc).__name__}: {exc}); pickled object arrays are never loaded") from None
         if not isinstance(array, np.ndarray):
             raise TensorFileError(f"{label}{path} was refused: it is an archive, not one .npy array")
-        tensor = torch.from_numpy(np.ascontiguousarray(array))
+        tensor = torch.from_numpy(np.require(array, requirements="C"))
     else:
         raise TensorFileError(f"{label}The file: {path} is not a pt or numpy file.")
     if not isinstance(tensor, torch.Tensor):

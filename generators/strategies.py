@@ -137,7 +137,7 @@ def tensors_from_stats(**kwargs: Any) -> st.SearchStrategy:
     def to_tensor(array: np.ndarray) -> Any:
         import torch
 
-        tensor = torch.from_numpy(np.ascontiguousarray(array))
+        tensor = torch.from_numpy(np.require(array, requirements="C"))
         return tensor.to(getattr(torch, name)) if str(tensor.dtype) != f"torch.{name}" else tensor
 
     return arrays_from_stats(**kwargs).map(to_tensor)

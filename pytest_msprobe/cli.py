@@ -22,34 +22,52 @@ SUBCOMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+EPILOG = """examples:
+  pytest-msprobe api-precision-compare -npu npu/accuracy_checking_details_X.csv -gpu gpu/accuracy_checking_details_Y.csv -o out/
+  pytest-msprobe html-report out/accuracy_checking_result_X.csv --dump dump/step0/rank
+  pytest-msprobe generate dump/step0/rank/dump.json -o tests/regressions --from-result out/accuracy_checking_result_X.csv
+  pytest-msprobe grad-compare run1/ run2/ -o grad_out/
+  pytest-msprobe repair-dump dump/step0/rank
+
+'pytest-msprobe COMMAND --help' explains each command."""
+
+
+def _top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pytest-msprobe",
         description="pytest-msprobe tools that are not a pytest run. The accuracy check itself is "
                     "'pytest --msprobe-api-info dump.json'.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, summary) in SUBCOMMANDS.items():
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:
-            continue
-        p = sub.add_parser(name, help=summary, description=getattr(mod, "DESCRIPTION", summary),
-                           epilog=getattr(mod, "EPILOG", None),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+    for name, (_module, summary) in SUBCOMMANDS.items():
+        sub.add_parser(name, help=summary, add_help=False)
+    return parser
+
+
+def build_parser(command: str) -> argparse.ArgumentParser:
+    """The parser of one subcommand; imports only that subcommand's module."""
+    module, summary = SUBCOMMANDS[command]
+    mod = importlib.import_module(module)
+    parser = argparse.ArgumentParser(
+        prog=f"pytest-msprobe {command}", description=getattr(mod, "DESCRIPTION", summary),
+        epilog=getattr(mod, "EPILOG", None), formatter_class=argparse.RawDescriptionHelpFormatter)
+    mod.add_arguments(parser)
+    parser.set_defaults(_run=mod.run, command=command)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    run: Optional[Callable] = getattr(args, "_run", None)
-    if run is None:
-        parser.print_help()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in SUBCOMMANDS:
+        top = _top_parser()
+        if argv and not argv[0].startswith("-"):
+            top.error(f"unknown command {argv[0]!r}; choose one of: {', '.join(SUBCOMMANDS)}")
+        top.parse_args(argv)          # handles -h / --help
+        top.print_help()
         return 2
+    args = build_parser(argv[0]).parse_args(argv[1:])
+    run: Callable = args._run
     try:
         return int(run(args) or 0)
     except KeyboardInterrupt:

@@ -152,7 +152,7 @@ def _failure_lines(details_csv: str) -> dict:
         status = row[status_at].strip()
         if status.lower() not in ("error", "warning"):
             continue
-        metrics = [f"{label}={row[index[col]].strip()}" for col, label in labels.items()
+        metrics = [f"{label}={_short_number(row[index[col]])}" for col, label in labels.items()
                    if col in index and row[index[col]].strip()]
         lines = [ln.strip() for ln in row[message_at].splitlines() if ln.strip()]
         reason = lines[-1] if lines else ""
@@ -161,6 +161,13 @@ def _failure_lines(details_csv: str) -> dict:
             text += f" [{', '.join(metrics)}]"
         out.setdefault(api_of_output(row[0]), []).append(text)
     return out
+
+
+def _short_number(cell: str) -> str:
+    try:
+        return f"{float(cell):.6g}"
+    except ValueError:
+        return cell.strip()
 
 
 def select_by_result(cases: Sequence[Any], result_csv: str, statuses: Sequence[str]) -> list:

@@ -147,7 +147,7 @@ def script(plan: Plan, call: str) -> str:
     doc = [f'"""Reproduce {call} without pytest: load its inputs, run device and bench, print the verdict.', ""]
     doc += [ln[2:] for ln in comment_lines(
         f"python {_script_file(call)} [--device-type cpu|cuda|npu] [--device-index N] "
-        "[--backend module:attribute] [--standard 1.0.4|26.2]. The exit status is 1 when the call fails "
+        "[--backend module:attribute|file.py:attribute] [--standard 1.0.4|26.2]. The exit status is 1 when the call fails "
         f"the precision standard, 2 when it cannot run. Inputs come from {plan.name}_data/.",
         "", first="  ", rest="  ")]
     doc.append('"""')
@@ -166,7 +166,11 @@ def script(plan: Plan, call: str) -> str:
             "def main(argv: list) -> int:",
             f"    args = testing.reproduce_parser({literal(call)}, default_standard={literal(plan.standard)}).parse_args(argv)",
             "    case = testing.load_case(DATA, CALL)",
-            "    backend = testing.get_backend(args.device_type, args.backend)",
+            "    try:",
+            "        backend = testing.get_backend(args.device_type, args.backend)",
+            "    except ValueError as exc:",
+            '        print(f"error: {exc}", file=sys.stderr)',
+            "        return 2",
             "    print(testing.describe_case(case))",
             "    result = testing.run_call(case, backend, args.device_index, random=RANDOM, seed=SEED,",
             "                              standard=args.standard)",

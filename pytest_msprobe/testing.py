@@ -102,18 +102,12 @@ def get_backend(name: str | None = None, spec: str | None = None) -> Any:
     Raises:
         ValueError: unknown/unavailable name or a spec that cannot be imported.
     """
-    import importlib
-
     from .devices import builtin_registry
     reg = builtin_registry()
     if spec:
-        module, _, attr = spec.partition(":")
-        try:
-            obj = getattr(importlib.import_module(module), attr or "backend")
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(f"--backend {spec!r}: {exc}; pass module:attribute of a device backend") from None
-        reg.register(obj() if isinstance(obj, type) else obj)
-        name = name or str(getattr(reg.get(reg.names()[-1]), "name", ""))
+        obj = _import_backend(spec)
+        reg.register(obj)
+        name = name or str(obj.name)
     name = name or reg.default_name()
     try:
         backend = reg.get(name)
@@ -123,6 +117,28 @@ def get_backend(name: str | None = None, spec: str | None = None) -> Any:
         raise ValueError(f"device type {name!r} is not available on this machine "
                          f"(registered: {', '.join(reg.names())})")
     return backend
+
+
+def _import_backend(spec: str) -> Any:
+    """``module:attr`` or ``path/to/file.py:attr`` -> a backend object (a class is instantiated)."""
+    import importlib
+    import importlib.util
+    module, _, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
+    attr = attr or "backend"
+    try:
+        if module.endswith(".py"):
+            mod_spec = importlib.util.spec_from_file_location(f"msprobe_backend_{abs(hash(module))}", module)
+            if mod_spec is None or mod_spec.loader is None:
+                raise ImportError(f"cannot load {module}")
+            mod = importlib.util.module_from_spec(mod_spec)
+            mod_spec.loader.exec_module(mod)
+        else:
+            mod = importlib.import_module(module)
+        obj = getattr(mod, attr)
+    except (ImportError, AttributeError, OSError) as exc:
+        raise ValueError(f"--backend {spec!r}: {exc}; pass module:attribute or file.py:attribute of a device "
+                         "backend (an object or a class)") from None
+    return obj() if isinstance(obj, type) else obj
 
 
 # --- running --------------------------------------------------------------------------------------------

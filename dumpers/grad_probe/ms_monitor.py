@@ -26,6 +26,18 @@ def current_rank() -> int:
         return 0
 
 
+def _prime_tensor_ops() -> None:
+    """Run one tiny reshape so a one-time failure of MindSpore's lazy NumPy bridge start-up (seen with a
+    MindSpore built against NumPy 1.x running on NumPy 2: "Numpy init failed", then a SystemError from the next
+    op) happens here, where it is harmless, and not inside the optimizer hook."""
+    import mindspore as ms
+    import numpy as np
+    try:
+        ms.Tensor(np.zeros(1, np.float32)).reshape(-1)
+    except SystemError as exc:
+        log.debug("grad_probe: MindSpore NumPy bridge start-up: %s", exc)
+
+
 class MindSporeGradMonitor:
     """Exports grad_summary CSVs (and direction files) for the parameters of a ``mindspore.nn.Optimizer``."""
 
@@ -56,6 +68,7 @@ class MindSporeGradMonitor:
             log.warning("grad_probe: the output path %s exists, the data will be covered", out_dir)
             shutil.rmtree(out_dir)
         if self._handle is None:
+            _prime_tensor_ops()
             self._handle = optimizer.register_forward_pre_hook(self._on_step)
 
     def remove(self) -> None:
