@@ -54,7 +54,7 @@ def test_selected_calls_get_only_their_entries_and_input_files(dump, tmp_path):
                      "Functional.linear.1.forward.input.1.pt", "Functional.linear.1.forward.input.2.pt"]
     assert "test_msprobe.py" in written and all(not os.path.isabs(w) for w in written)
     manifest = json.loads((data / "generated.json").read_text())
-    assert manifest["calls"] == ["Functional.linear.1", "Functional.gelu.0"]
+    assert manifest["calls"] == ["Functional.gelu.0", "Functional.linear.1"]
     assert sorted(manifest["tensor_files"]) == files
     src = (dump.parent / "dump_tensor_data" / files[0]).read_bytes()
     assert (data / "dump_tensor_data" / files[0]).read_bytes() == src

@@ -442,3 +442,30 @@ def test_import_does_not_load_mindspore():
             "from pytest_msprobe.mindspore import PrecisionDebugger, MsprobeStep; "
             "assert 'mindspore' not in sys.modules, 'mindspore imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
+
+
+def test_grad_probe_task_forwards_to_the_gradient_monitor(ms, tmp_path):
+    pytest.importorskip("dumpers.grad_probe")
+    from mindspore import nn
+
+    from pytest_msprobe.mindspore import PrecisionDebugger
+    path = tmp_path / "gp.json"
+    path.write_text(json.dumps({"task": "grad_probe", "dump_path": str(tmp_path / "gp"),
+                                "grad_probe": {"grad_level": "L1"}}))
+    dbg = PrecisionDebugger(str(path))
+    net = make_net(ms)
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, opt.parameters)
+    dbg.monitor(opt)
+    xs, ys = batches()
+    for i in range(STEPS):
+        dbg.start(net)
+        _, grads = grad_fn(ms.Tensor(xs[i]), ms.Tensor(ys[i]))
+        opt(grads)
+        dbg.stop()
+        dbg.step()
+    dbg.monitor_impl.flush()
+    found = sorted(f for _root, _dirs, files in os.walk(tmp_path / "gp") for f in files
+                   if f.startswith("grad_summary_"))
+    assert found == ["grad_summary_0.csv", "grad_summary_1.csv"]
