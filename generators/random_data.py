@@ -30,6 +30,7 @@ CORRECTION_ROUNDS_SMALL = 100  # fixed-point rounds fitting the clipped normal (
 SMALL_TENSOR = 1 << 16         # up to this size the fit runs on the tensor itself
 PROBE_SIZE = 1 << 14           # larger tensors: the fit runs on a sample, then one exact affine step
 CORRECTION_TOL = 1e-6          # relative tolerance on mean and standard deviation
+DESCRIBE_CHUNK = 1 << 20       # norms are summed in float64 chunk by chunk
 DEFAULT_RANGE = (-1.0, 1.0)    # used when a float tensor has no finite statistics at all
 
 
@@ -338,7 +339,8 @@ def describe(array: Any, spec: TensorSpec | None = None) -> str:
     with np.errstate(all="ignore"):
         mn, mx = flat.min(), flat.max()
         mean = float(flat.mean(dtype=np.float64))
-        norm = math.sqrt(float(np.dot(flat, flat)))
+        norm = math.sqrt(sum(float(np.dot(c, c)) for c in
+                             (flat[i:i + DESCRIBE_CHUNK].astype(np.float64) for i in range(0, flat.size, DESCRIBE_CHUNK))))
     text = f"{head} min={_g(mn)} max={_g(mx)} mean={_g(mean)} norm={_g(norm)}"
     if spec is not None and (spec.mean is not None or spec.norm is not None):
         text += f" (recorded mean={_g(spec.mean)} norm={_g(spec.norm)})"

@@ -23,9 +23,11 @@ SUBCOMMANDS = {
 
 
 EPILOG = """examples:
-  pytest-msprobe api-precision-compare -npu npu/accuracy_checking_details_X.csv -gpu gpu/accuracy_checking_details_Y.csv -o out/
+  pytest-msprobe api-precision-compare -npu npu/accuracy_checking_details_X.csv \\
+      -gpu gpu/accuracy_checking_details_Y.csv -o out/
   pytest-msprobe html-report out/accuracy_checking_result_X.csv --dump dump/step0/rank
-  pytest-msprobe generate dump/step0/rank/dump.json -o tests/regressions --from-result out/accuracy_checking_result_X.csv
+  pytest-msprobe generate dump/step0/rank/dump.json -o tests/regressions \\
+      --from-result out/accuracy_checking_result_X.csv
   pytest-msprobe grad-compare run1/ run2/ -o grad_out/
   pytest-msprobe repair-dump dump/step0/rank
 

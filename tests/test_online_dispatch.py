@@ -201,13 +201,13 @@ def test_process_num_gives_identical_results(tmp_path):
         outs[num] = (fwd, bwd)
     for a, b in zip(outs[0], outs[2]):
         rows_a, rows_b = read_rows(a.csv_path), read_rows(b.csv_path)
-        assert len(rows_a) > 50
+        assert len(rows_a) > 30
         strip = [{k: v for k, v in r.items() if k != "NPU_Stack_Info"} for r in rows_a]
         assert strip == [{k: v for k, v in r.items() if k != "NPU_Stack_Info"} for r in rows_b]
         assert all(r["NPU_Stack_Info"].startswith("[[") for r in rows_b)
         assert a.failed == b.failed
         files = _tree(a.run_dir)
-        assert files == _tree(b.run_dir) and len(files) > 50
+        assert files == _tree(b.run_dir) and len(files) > 30
         for rel in files:
             if rel.endswith(".npy"):
                 fa, fb = np.load(os.path.join(a.run_dir, rel)), np.load(os.path.join(b.run_dir, rel))

@@ -58,15 +58,17 @@ def test_every_sample_case_builds_and_runs():
 
 
 def test_same_seed_same_tensors_in_another_process():
+    """The per-tensor stream depends only on (seed, case name, place): a fresh process reproduces it."""
     case = load_dump(STATS).by_name()["Functional.linear.0"]
-    here = digest(build_inputs(case, seed=42))
-    code = ("import sys; sys.path.insert(0, %r); from tests.test_random_data import digest, STATS; "
-            "from generators import load_dump, build_inputs; "
-            "print(digest(build_inputs(load_dump(STATS).by_name()['Functional.linear.0'], seed=42)))"
-            % str(pathlib.Path(__file__).parent.parent))
+    here = build_inputs(case, seed=42).args[0].numpy().tobytes()
+    code = ("import sys, hashlib, json; sys.path.insert(0, %r); "
+            "from generators.inputs import _seed_for; from generators.random_data import TensorSpec, generate; "
+            "item = json.load(open(%r))['data']['Functional.linear.0.forward']['input_args'][0]; "
+            "a = generate(TensorSpec.from_item(item), _seed_for(42, 'Functional.linear.0', 'args[0]')); "
+            "print(hashlib.sha256(a.tobytes()).hexdigest())" % (str(pathlib.Path(__file__).parent.parent), str(STATS)))
     there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert here == there
-    assert digest(build_inputs(case, seed=43)) != here
+    assert hashlib.sha256(here).hexdigest() == there
+    assert build_inputs(case, seed=43).args[0].numpy().tobytes() != here
 
 
 def test_streams_are_independent_of_build_order():

@@ -8,5 +8,6 @@ from .config import OnlineDispatchError
 from .dispatch import PtdbgDispatch
 from .output import COMPARE_RESULT_HEADER
 from .seed import seed_all
+from .workers import shutdown_workers
 
-__all__ = ["COMPARE_RESULT_HEADER", "OnlineDispatchError", "PtdbgDispatch", "seed_all"]
+__all__ = ["COMPARE_RESULT_HEADER", "OnlineDispatchError", "PtdbgDispatch", "seed_all", "shutdown_workers"]

@@ -108,7 +108,7 @@ class PtdbgDispatch(TorchDispatchMode):
         if self.process_num > 0:
             from .workers import WorkerPool
 
-            self._pool = WorkerPool(self.process_num)
+            self._pool = WorkerPool.shared(self.process_num)
         if self.debug:
             console(f"Main pid:{os.getpid()} device:{self.rank} dump_list:{self.api_list} "
                     f"dump_mode:{self.dump_mode} cpu_path[{os.path.join(self.run_dir, 'cpu')}], "
@@ -142,8 +142,6 @@ class PtdbgDispatch(TorchDispatchMode):
             self._pool.terminate()
             self._pending.clear()
         self._drain(until=0)
-        if self._pool is not None:
-            self._pool.close()
         if self._csv is not None:
             self._csv.close()
         LOG.info("start write compare csv: Rank[%s], Pid[%s", self.rank, os.getpid())
@@ -151,11 +149,6 @@ class PtdbgDispatch(TorchDispatchMode):
             console(f"Dispatch exit: Device[{self.rank}], Pid[{os.getpid()} Rows[{self.rows_written}] "
                     f"API_Total[{self.api_index}]]")
 
-    def close(self) -> None:
-        """Stop the worker processes of an instance that was never entered."""
-        if self._pool is not None and self._state == "new":
-            self._pool.terminate()
-            self._state = "closed"
 
     # --- interception --------------------------------------------------------------------------------
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:

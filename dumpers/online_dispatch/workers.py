@@ -9,6 +9,7 @@ kernels reduce in the same order and the bench results are bit-identical.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import multiprocessing
 from typing import Any
@@ -39,12 +40,31 @@ def _work(job: Job) -> OpResult:
 
 
 class WorkerPool:
-    """A ``spawn`` pool judging jobs asynchronously, with a bound on the jobs in flight."""
+    """A ``spawn`` pool judging jobs asynchronously, with a bound on the jobs in flight.
+
+    Starting a worker imports torch (seconds), so pools are shared: every PtdbgDispatch block with the same
+    ``process_num`` and thread count reuses the same warm workers. :func:`shutdown_workers` (also run at
+    interpreter exit) stops them.
+    """
+
+    _shared: dict = {}
 
     def __init__(self, process_num: int) -> None:
         ctx = multiprocessing.get_context("spawn")
-        self._pool = ctx.Pool(process_num, initializer=_init_worker, initargs=(torch.get_num_threads(),))
+        self.key = (process_num, torch.get_num_threads())
+        self._pool = ctx.Pool(process_num, initializer=_init_worker, initargs=(self.key[1],))
         self.max_in_flight = 8 * process_num
+
+    @classmethod
+    def shared(cls, process_num: int) -> WorkerPool:
+        """The pool for ``process_num`` workers at the current thread count, started on first use."""
+        key = (process_num, torch.get_num_threads())
+        pool = cls._shared.get(key)
+        if pool is None:
+            if not cls._shared:
+                atexit.register(shutdown_workers)
+            pool = cls._shared[key] = cls(process_num)
+        return pool
 
     def submit(self, job: Job) -> Any:
         job.args, job.kwargs = tensors.pack((job.args, job.kwargs))
@@ -54,9 +74,18 @@ class WorkerPool:
         return self._pool.apply_async(_work, (job,))
 
     def close(self) -> None:
+        WorkerPool._shared.pop(self.key, None)
         self._pool.close()
         self._pool.join()
 
     def terminate(self) -> None:
+        """Stop at once (an interrupted block); the next block starts a fresh pool."""
+        WorkerPool._shared.pop(self.key, None)
         self._pool.terminate()
         self._pool.join()
+
+
+def shutdown_workers() -> None:
+    """Stop every shared worker pool (waits for the jobs already submitted)."""
+    for pool in list(WorkerPool._shared.values()):
+        pool.close()

@@ -35,7 +35,7 @@ from .standards import (
     UlpParams,
 )
 
-CHUNK = 1 << 20
+CHUNK = 1 << 16
 
 RATIO_THRESHOLDS = {"hundred_ratio": HUNDRED_T, "thousand_ratio": THOUSAND_T, "ten_thousand_ratio": TEN_THOUSAND_T}
 
