@@ -34,11 +34,17 @@ DENIED_NAMES = frozenset({
     "testing", "overrides", "fx", "storage", "random", "get_rng_state", "fork_rng", "tofile",
     "register_hook", "register_post_accumulate_grad_hook", "share_memory_", "pin_memory", "backward",
 })
-DENIED_PREFIXES = ("set_", "_")
+DENIED_PREFIXES = {            # per namespace: private names, and torch.set_* (global state)
+    "torch": ("set_", "_"), "torch.nn.functional": ("_",), "torch_npu": ("_",), "torch.Tensor": ("_",),
+    "torch.ops.aten": (),      # aten ops are pure kernels; many are private-looking (_softmax, _to_copy)
+}
 
 # dunder methods of torch.Tensor that are plain operators (everything else with '__' is refused)
-OPERATOR_DUNDERS = frozenset(
-    f"__{name}__" for name in ["add", "radd", "iadd", "sub", "rsub", "isub", "mul", "rmul", "imul", "div", "rdiv", "idiv", "truediv", "rtruediv", "itruediv", "floordiv", "rfloordiv", "ifloordiv", "mod", "rmod", "imod", "pow", "rpow", "ipow", "matmul", "rmatmul", "imatmul", "and", "rand", "iand", "or", "ror", "ior", "xor", "rxor", "ixor", "lshift", "rlshift", "ilshift", "rshift", "rrshift", "irshift", "eq", "ne", "lt", "le", "gt", "ge", "neg", "pos", "abs", "invert", "getitem", "setitem", "bool", "nonzero", "float", "int", "len"])
+_OPERATORS = """add radd iadd sub rsub isub mul rmul imul div rdiv idiv truediv rtruediv itruediv floordiv
+rfloordiv ifloordiv mod rmod imod pow rpow ipow matmul rmatmul imatmul and rand iand or ror ior xor rxor ixor
+lshift rlshift ilshift rshift rrshift irshift eq ne lt le gt ge neg pos abs invert getitem setitem bool nonzero
+float int len"""
+OPERATOR_DUNDERS = frozenset(f"__{name}__" for name in _OPERATORS.split())
 
 _NAME_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -65,7 +71,7 @@ def prefix_problem(prefix: str, framework: str) -> str | None:
 def _refused(name: str, namespace: str) -> str | None:
     if name in OPERATOR_DUNDERS and namespace == "torch.Tensor":
         return None
-    if name in DENIED_NAMES or name.startswith(DENIED_PREFIXES):
+    if name.startswith("__") or name in DENIED_NAMES or name.startswith(DENIED_PREFIXES.get(namespace, ("_",))):
         return f"{namespace}.{name} is refused: a dump may not call private or side-effecting functions"
     return None
 

@@ -142,6 +142,18 @@ def _random_tensor(case: Any, label: str, path: tuple, item: dict, seed: int, pa
     return tensor, describe(array, spec)
 
 
+def _knobs(params: GenParams) -> str:
+    """The generation knobs that differ from the defaults, as replay needs them (empty for plain runs)."""
+    parts = []
+    if params.magnitude < 1.0:
+        parts.append(f"magnitude {params.magnitude:.6g}")
+    if not params.match_stats:
+        parts.append("uniform (statistics not matched)")
+    if params.edge_values:
+        parts.append("edge values")
+    return "".join(f", {p}" for p in parts)
+
+
 def _tensor_summary(tensor: Any, item: dict) -> str:
     import torch
 
@@ -204,7 +216,7 @@ def build_inputs(case: Any, *, random: bool = False, seed: int = 0, max_bytes: i
     if grad is not None:
         grad_output = make("grad_output")((), grad)
     mode = "real" if real else "random"
-    head = f"{mode} data" if real else f"random data, seed {seed}"
+    head = f"{mode} data" if real else f"random data, seed {seed}{_knobs(params)}"
     return Inputs(args=args, kwargs=kwargs, grad_output=grad_output, mode=mode,
                   seed=None if real else seed, summary=f"{head}; " + "; ".join(lines),
                   params=None if real else params)

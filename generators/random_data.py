@@ -199,11 +199,14 @@ def edge_candidates(dt: DtypeInfo, lo: float, hi: float) -> list:
 
 
 def _apply_edges(rng: np.random.Generator, x: np.ndarray, cands: list) -> None:
+    """Overwrite about 1/16 of ``x`` (at least one element per candidate, as room allows) with edge values."""
     if not cands or x.size == 0:
         return
     count = min(x.size, max(len(cands), x.size // 16))
     pos = rng.choice(x.size, size=count, replace=False) if x.size <= 1 << 20 else rng.integers(0, x.size, count)
-    x[pos] = np.asarray(cands, dtype=np.float64)[rng.integers(0, len(cands), count)]
+    picks = np.asarray(cands, dtype=np.float64)
+    values = np.concatenate([picks, picks[rng.integers(0, len(cands), max(count - len(cands), 0))]])[:count]
+    x[pos] = values
 
 
 def _fill_float(rng, spec: TensorSpec, dt: DtypeInfo, params: GenParams) -> np.ndarray:
@@ -334,13 +337,15 @@ def describe(array: Any, spec: TensorSpec | None = None) -> str:
     if np.iscomplexobj(a):
         a = np.abs(a)
     flat = a.reshape(-1)
-    if flat.dtype.kind != "f" or flat.dtype.itemsize < 4:
-        flat = flat.astype(np.float32)          # numpy's float16 and integer reductions are slow or overflow
+    if flat.dtype.kind != "f":
+        flat = flat.astype(np.float64)          # integer sums would overflow
+    elif flat.dtype.itemsize < 4:
+        flat = flat.astype(np.float32)          # numpy's float16 reductions are slow
     with np.errstate(all="ignore"):
         mn, mx = flat.min(), flat.max()
         mean = float(flat.mean(dtype=np.float64))
-        norm = math.sqrt(sum(float(np.dot(c, c)) for c in
-                             (flat[i:i + DESCRIBE_CHUNK].astype(np.float64) for i in range(0, flat.size, DESCRIBE_CHUNK))))
+        chunks = (flat[i:i + DESCRIBE_CHUNK].astype(np.float64) for i in range(0, flat.size, DESCRIBE_CHUNK))
+        norm = math.sqrt(sum(float(np.dot(c, c)) for c in chunks))
     text = f"{head} min={_g(mn)} max={_g(mx)} mean={_g(mean)} norm={_g(norm)}"
     if spec is not None and (spec.mean is not None or spec.norm is not None):
         text += f" (recorded mean={_g(spec.mean)} norm={_g(spec.norm)})"

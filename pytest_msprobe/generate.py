@@ -35,7 +35,7 @@ DEFAULT_SEED = 1234
 DEFAULT_STANDARD = "1.0.4"
 STATUS_CHOICES = ("error", "warning", "pass", "skip")
 IGNORED_ENTRIES = frozenset({"__pycache__", ".pytest_cache"})   # made by running the suite: never "other"
-COMMENT_WIDTH = 100
+COMMENT_WIDTH = 88                 # ruff's and black's default line length
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
@@ -433,7 +433,7 @@ def script_name(call: str) -> str:
     return "reproduce_" + re.sub(r"[^A-Za-z0-9]+", "_", call).strip("_") + ".py"
 
 
-def comment_lines(text: str, indent: str, first: str = "# ", rest: str = "#   ") -> list:
+def comment_lines(text: str, indent: str, first: str = "# ", rest: str = "#     ") -> list:
     """``text`` as wrapped comment lines; control characters become spaces, so a dump cannot end the comment."""
     clean = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
     width = COMMENT_WIDTH - len(indent) - len(rest)

@@ -17,8 +17,12 @@ _MAX_ITEMS = 6           # list elements described before "..."
 
 
 def literal(text: str) -> str:
-    """A double-quoted Python string literal (JSON's ASCII escapes mean the same in Python)."""
-    return json.dumps(str(text), ensure_ascii=True)
+    """A Python string literal: double quotes unless the text holds one and no single quote (JSON's ASCII
+    escapes mean the same in Python)."""
+    quoted = json.dumps(str(text), ensure_ascii=True)
+    if '"' in text and "'" not in text:
+        quoted = "'" + quoted[1:-1].replace('\\"', '"') + "'"
+    return quoted
 
 
 def _describe(value: Any, depth: int = 0) -> str:
@@ -99,7 +103,8 @@ def case_comment(sel: Selected, plan: Plan, indent: str) -> list:
 def _docstring_lines(plan: Plan) -> list:
     mode = f"random data, seed {plan.seed}" if plan.random else "real data"
     n = len(plan.selected)
-    lines = [f'"""Regression tests of {n} API call{"s" if n != 1 else ""} captured in {plan.label} ({mode}).', ""]
+    lines = [f'"""Regression tests of {n} captured API call{"s" if n != 1 else ""} ({mode}).', ""]
+    lines += [ln[2:] for ln in comment_lines(f"Captured in {plan.label}.", "", first="  ", rest="  ")]
     body = ("Each case replays one captured call on the device under test and on the CPU bench (raised precision) "
             "and judges outputs and gradients with the precision standard, as `pytest --msprobe-api-info` does. "
             "Run with `pytest DIR` (add -n, --lf, -k as usual); choose the device with --msprobe-device-type "
@@ -144,11 +149,12 @@ def test_module(plan: Plan) -> str:
 def script(plan: Plan, call: str) -> str:
     """The source of ``reproduce_<call>.py``: the call's replay as plain steps, no pytest."""
     sel = next(s for s in plan.selected if s.case.call_name == call)
-    doc = [f'"""Reproduce {call} without pytest: load its inputs, run device and bench, print the verdict.', ""]
+    doc = [f'"""Reproduce {call} on a device and the CPU bench, without pytest.', ""]
     doc += [ln[2:] for ln in comment_lines(
-        f"python {_script_file(call)} [--device-type cpu|cuda|npu] [--device-index N] "
-        "[--backend module:attribute|file.py:attribute] [--standard 1.0.4|26.2]. The exit status is 1 when the call fails "
-        f"the precision standard, 2 when it cannot run. Inputs come from {plan.name}_data/.",
+        f"Loads the inputs, runs the call, prints each output's metrics and the verdict. "
+        f"Usage: python {_script_file(call)} [--device-type cpu|cuda|npu] [--device-index N] "
+        "[--backend module:attribute|file.py:attribute] [--standard 1.0.4|26.2]. The exit status is 1 when the "
+        f"call fails the precision standard, 2 when it cannot run. Inputs come from {plan.name}_data/.",
         "", first="  ", rest="  ")]
     doc.append('"""')
     out = [HEADER_MARK, *doc,
@@ -164,7 +170,8 @@ def script(plan: Plan, call: str) -> str:
     out += [f"CALL = {literal(call)}",
             "", "",
             "def main(argv: list) -> int:",
-            f"    args = testing.reproduce_parser({literal(call)}, default_standard={literal(plan.standard)}).parse_args(argv)",
+            f"    parser = testing.reproduce_parser(CALL, default_standard={literal(plan.standard)})",
+            "    args = parser.parse_args(argv)",
             "    case = testing.load_case(DATA, CALL)",
             "    try:",
             "        backend = testing.get_backend(args.device_type, args.backend)",
@@ -172,8 +179,8 @@ def script(plan: Plan, call: str) -> str:
             '        print(f"error: {exc}", file=sys.stderr)',
             "        return 2",
             "    print(testing.describe_case(case))",
-            "    result = testing.run_call(case, backend, args.device_index, random=RANDOM, seed=SEED,",
-            "                              standard=args.standard)",
+            "    result = testing.run_call(case, backend, args.device_index,",
+            "                              random=RANDOM, seed=SEED, standard=args.standard)",
             "    print(testing.format_result(result))",
             "    return testing.exit_status(result, args.fail_on)",
             "", "",

@@ -83,7 +83,7 @@ def describe(result: CaseResult, seed_note: str = "") -> str:
         if status.lower() in ("error", "warning"):
             from .runner import _reason
             lines.append(f"  {row.name}: {status}: {_reason(row)}")
-    if result.summary and result.data_mode == "random_data":
+    if result.summary and result.data_mode == "random_data" and result.summary not in result.note:
         lines.append(f"  inputs: {result.summary}")
     if result.note:
         lines.append(result.note.strip())

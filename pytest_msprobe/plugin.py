@@ -71,6 +71,7 @@ def pytest_configure(config: Any) -> None:
     sess.done = plan.done
     sess.timestamp = plan.timestamp
     reporter = CsvReporter(config, settings, plan)
+    reporter.dump_files = sess.dump_files
     config.stash[REPORTER_KEY] = reporter
     config.pluginmanager.register(reporter, REPORTER_NAME)
 
@@ -115,7 +116,7 @@ def pytest_configure_node(node: Any) -> None:
 
 def pytest_collect_file(file_path: Any, parent: Any) -> Any:
     sess = parent.config.stash.get(SESSION_KEY, None)
-    if sess is None or file_path.suffix != ".json" or os.path.realpath(file_path) not in sess.dump_files:
+    if sess is None or os.path.realpath(file_path) not in sess.dump_files:
         return None
     return DumpFile.from_parent(parent, path=file_path)
 
@@ -139,6 +140,22 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list) -> Non
                                                          f"{sess.settings.baseline}", strict=False))
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: Any) -> None:
+    reporter = session.config.stash.get(REPORTER_KEY, None)
+    if reporter is not None:
+        from .items import ApiItem
+        reporter.prepare({item.name for item in session.items if isinstance(item, ApiItem)})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list) -> None:
+    """xdist controller: the workers' collection (after deselection) tells which APIs run again."""
+    reporter = node.config.stash.get(REPORTER_KEY, None)
+    if reporter is not None:
+        reporter.prepare({nid.split("::", 1)[1] for nid in ids if reporter.is_api_nodeid(nid)})
+
+
 def pytest_report_header(config: Any) -> Any:
     sess = config.stash.get(SESSION_KEY, None)
     reporter = config.stash.get(REPORTER_KEY, None)
@@ -156,7 +173,7 @@ def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
     reporter = config.stash.get(REPORTER_KEY, None)
     if reporter is None:
         return
-    reporter.writer.sync()
+    reporter.sync()
     gpu_csv = reporter.settings.gpu_csv
     if gpu_csv and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         from .report.apc import run_compare
@@ -171,6 +188,8 @@ def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
                      if any(str(s or "").strip().lower() == "error" for s in pair))
         reporter.apc_summary.append(f"api_precision_compare against {gpu_csv}: {len(verdicts)} APIs, "
                                     f"{len(bad)} error; this verdict decides the exit status")
+        if getattr(verdicts, "result_csv", None):
+            reporter.apc_summary.append(f"compare result CSV: {verdicts.result_csv}")
         reporter.apc_summary.extend(f"  compare error: {name}" for name in bad[:10])
         session.exitstatus = pytest.ExitCode.TESTS_FAILED if bad else pytest.ExitCode.OK
 

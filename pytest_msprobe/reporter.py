@@ -35,8 +35,8 @@ class ResumePlan:
     def decide(cls, config: Any, settings: Settings, dump_files: list) -> ResumePlan:
         """New pair, the pair of the last run (``--lf``), or a given result CSV (``--msprobe-result-csv``).
 
-        Rows of APIs that will run again are removed now (atomic rewrite), so the pair ends up with every
-        API exactly once.
+        ``done`` are the APIs that need not run again (deselected); the rows of the APIs that do run again
+        are removed once the selection is known (:meth:`CsvReporter.prepare`).
         """
         lf = bool(getattr(config.option, "lf", False))
         cache = getattr(config, "cache", None)
@@ -64,8 +64,6 @@ class ResumePlan:
                 n += 1
             done = set()
             resumed = False
-        if resumed:
-            acc_csv.keep_apis(result, details, done)
         if cache is not None:
             cache.set(CACHE_KEY, {"result_csv": os.path.abspath(result),
                                          "details_csv": os.path.abspath(details), "timestamp": ts,
@@ -99,7 +97,7 @@ class CsvReporter:
         self.config = config
         self.settings = settings
         self.plan = plan
-        self.writer = acc_csv.AccCsvWriter(plan.result_csv, plan.details_csv, precision=settings.precision)
+        self.writer: Any = None
         self.written: set = set()
         self.forward = Counter()
         self.backward = Counter()
@@ -108,6 +106,29 @@ class CsvReporter:
         self.worst: list = []
         self.failing = 0
         self.apc_summary: list = []
+        self.dump_files: set = set()          # real paths, set by the plugin
+
+    # --- files ------------------------------------------------------------------------------------------
+    def prepare(self, selected: set | None) -> None:
+        """Open the CSV pair; when continuing one, first drop (atomic rewrite) the rows of the APIs that are
+        about to run again, plus duplicates and details rows without a result row, so that the finished pair
+        holds every API exactly once. ``selected``: API names of the items that will run (None: unknown,
+        then every API not in ``plan.done``)."""
+        if self.writer is not None:
+            return
+        plan = self.plan
+        if plan.resumed:
+            existing = acc_csv.finished_apis(plan.result_csv, include_failing=True)
+            keep = existing - selected if selected is not None else existing & plan.done
+            acc_csv.keep_apis(plan.result_csv, plan.details_csv, keep)
+        self.writer = acc_csv.AccCsvWriter(plan.result_csv, plan.details_csv, precision=self.settings.precision)
+
+    def is_api_nodeid(self, nodeid: str) -> bool:
+        """A node id of one of our dump files (``<dump path>::<call name>``)."""
+        if "::" not in nodeid:
+            return False
+        path = os.path.realpath(os.path.join(str(self.config.rootpath), nodeid.split("::", 1)[0]))
+        return path in self.dump_files
 
     # --- feeding ----------------------------------------------------------------------------------------
     def pytest_runtest_logreport(self, report: Any) -> None:
@@ -118,7 +139,8 @@ class CsvReporter:
         if data is not None and report.when == "call":
             self._write(data)
             return
-        if report.failed and data is None and report.when in ("setup", "call", "???") and _is_api_node(report):
+        crashed = report.failed and data is None and report.when in ("setup", "call", "???")
+        if crashed and self.is_api_nodeid(report.nodeid):
             name = report.nodeid.split("::", 1)[1]
             reason = _crash_reason(report)
             self._write_error(name, reason)
@@ -136,6 +158,8 @@ class CsvReporter:
         if name in self.written:
             return
         self.written.add(name)
+        if self.writer is None:
+            self.prepare(None)
         self.writer.write_api(data["result"], data["details"], data.get("mode") or "")
         self.forward[data["forward"]] += 1
         self.backward[data["backward"] or "blank"] += 1
@@ -148,7 +172,14 @@ class CsvReporter:
             self.worst.append(tuple(data.get("worst") or (name, "")))
 
     # --- end ----------------------------------------------------------------------------------------------
+    def sync(self) -> None:
+        if self.writer is None:
+            self.prepare(set())
+        self.writer.sync()
+
     def close(self) -> None:
+        if self.writer is None:
+            self.prepare(set())
         self.writer.close()
 
     def summary_lines(self) -> list:
@@ -177,11 +208,6 @@ class CsvReporter:
 
 def _counts(c: Counter) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(c.items(), key=lambda kv: (-kv[1], str(kv[0])))) or "none"
-
-
-def _is_api_node(report: Any) -> bool:
-    nodeid = getattr(report, "nodeid", "")
-    return "::" in nodeid and nodeid.split("::", 1)[0].endswith(".json")
 
 
 def _crash_reason(report: Any) -> str:

@@ -24,15 +24,21 @@ _GENERATOR_MODULES = ("generators", "generators.loader", "generators.inputs", "g
                       "generators.random_data", "generators.strategies", "generators.apis")
 
 
+_ATTR_CACHE: dict = {}
+
+
 def _generator_attr(name: str) -> Any:
     """A public name of the generators package (exported at the top or from one of its modules)."""
+    if name in _ATTR_CACHE:
+        return _ATTR_CACHE[name]
     for mod in _GENERATOR_MODULES:
         try:
             module = importlib.import_module(mod)
         except ImportError:
             continue
         if hasattr(module, name):
-            return getattr(module, name)
+            _ATTR_CACHE[name] = getattr(module, name)
+            return _ATTR_CACHE[name]
     raise ImportError(f"generators provides no {name!r}; is the generators package complete?")
 
 
@@ -216,6 +222,14 @@ def _to_cpu(obj: Any, torch: Any) -> Any:
     return _map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, obj)
 
 
+def _seed(torch: Any, backend: Any, seed: int) -> None:
+    """Seed the CPU generator (and CUDA's when that is the device); torch.manual_seed would also queue
+    lazy seeding of every accelerator type, which costs milliseconds per call."""
+    torch.default_generator.manual_seed(seed)
+    if getattr(backend, "torch_device", "cpu") == "cuda":
+        torch.cuda.manual_seed_all(seed)
+
+
 def _call(func: Callable, args: list, kwargs: dict) -> Any:
     return func(*args, **kwargs)
 
@@ -324,9 +338,9 @@ def _run(case: Any, inputs: Any, backend: Any, device_index: int, options: RunOp
                     side_kwargs[k] = _with_grad(side_kwargs[k], torch)
 
     call_seed = item_seed(name, seed)       # random ops (dropout) draw alike on both sides
-    torch.manual_seed(call_seed)
+    _seed(torch, backend, call_seed)
     bench_out = _call(func, bench_args, bench_kwargs)
-    torch.manual_seed(call_seed)
+    _seed(torch, backend, call_seed)
     dev_out = backend.call(func, dev_args, dev_kwargs)
     backend.synchronize(device_index)
 

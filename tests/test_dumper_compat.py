@@ -74,7 +74,7 @@ def test_statistics_dump_matches_msprobe_sample(tmp_path, data_dir, level, sampl
         assert read(ours_dir / "construct.json") == read(ref_dir / "construct.json")
         ours_stack, ref_stack = read(ours_dir / "stack.json"), read(ref_dir / "stack.json")
         assert [g[0] for g in ours_stack.values()] == [g[0] for g in ref_stack.values()]
-        for sid, (keys, lines) in ref_stack.items():
+        for sid, (_keys, lines) in ref_stack.items():
             # the innermost frame is the same source line (the script's frames differ only in function names)
             assert ours_stack[sid][1][0].split("\n")[1] == lines[0].split("\n")[1]
         for key in ours["data"]:

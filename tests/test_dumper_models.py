@@ -143,8 +143,8 @@ def test_real_model_dump(tmp_path, kind, dtype):
                 assert t.max().item() == item["Max"] and t.min().item() == item["Min"]
                 assert math.isclose(t.mean().item(), item["Mean"], rel_tol=1e-2, abs_tol=1e-3)
                 assert math.isclose(torch.linalg.vector_norm(t).item(), item["Norm"], rel_tol=1e-2)
-    expected = {"mlp": "Functional.linear.0.forward", "transformer": "Functional.multi_head_attention_forward.0.forward",
-                "conv": "Functional.conv2d.0.forward"}[kind]
+    expected = {"mlp": "Functional.linear.0.forward", "conv": "Functional.conv2d.0.forward",
+                "transformer": "Functional.multi_head_attention_forward.0.forward"}[kind]
     assert expected in json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
 
 

@@ -21,6 +21,9 @@ TENSOR = ("mlp_fp32_tensor_L1", "step0", "rank", "dump.json")
 STATS = ("mlp_fp32_statistics_L1", "step0", "rank", "dump.json")
 ACC = "mlp_fp32_tensor_L1_acc_check"
 RUFF = os.path.join(os.path.dirname(sys.executable), "ruff")
+# ruff's defaults plus the common extras (imports, pyupgrade, pytest style, quotes, commas) at 88 columns
+RUFF_ARGS = ["check", "--no-cache", "--isolated", "--line-length", "88",
+             "--select", "E,W,F,B,I,UP,PT,Q,COM,SIM,RUF,N,C4,PIE,RET,ARG"]
 
 
 @pytest.fixture
@@ -30,6 +33,17 @@ def dump(data_dir, tmp_path):
     dst = tmp_path / "src" / "step0" / "rank"
     shutil.copytree(src, dst)
     return dst / "dump.json"
+
+
+def comments(text: str) -> str:
+    """The module's comment lines, stripped, with wrapped continuations (``#     ``) joined."""
+    out: list = []
+    for line in text.splitlines():
+        if line.strip().startswith("#     ") and out:
+            out[-1] += " " + line.strip()[6:]
+        elif line.strip().startswith("#"):
+            out.append(line.strip())
+    return "\n".join(out)
 
 
 def read_tree(root) -> dict:
@@ -65,17 +79,19 @@ def test_generated_module_reads_well_and_passes_ruff(dump, tmp_path):
     out = tmp_path / "out"
     generate(str(dump), str(out), scripts=["Functional.layer_norm.0"])
     text = (out / "test_msprobe.py").read_text()
+    notes = comments(text)
     # one case per call, id = dump name, comment with API, dtypes, shapes and the standard
     assert text.count('        "Functional.') + text.count('        "Tensor.') + text.count('        "Torch.') == 15
-    assert "# Functional.linear.0: linear(float32[8,16], float32[32,16], float32[32]) -> float32[8,32]" in text
-    assert "#   backward with grad float32[8,32]; standard 1.0.4: ulp" in text
-    assert "# Tensor.add_.0: add_(float32[32,16], float32[32,16], alpha=-0.1) -> float32[32,16]" in text
-    assert "/" not in text.split('"""')[1].split("captured in ")[1].split(" (")[0].replace("step0/rank/dump.json", "")
+    assert "# Functional.linear.0: linear(float32[8,16], float32[32,16], float32[32]) -> float32[8,32]\n" \
+        "#   backward with grad float32[8,32]; standard 1.0.4: ulp" in notes
+    assert "# Tensor.add_.0: add_(float32[32,16], float32[32,16], alpha=-0.1) -> float32[32,16]" in notes
+    assert "# Functional.layer_norm.0: layer_norm(float32[8,32], [32], float32[32], float32[32], 1e-05)" in notes
+    assert "Captured in step0/rank/dump.json." in text        # the dump's last path parts, never absolute
     assert str(tmp_path) not in text
     script = out / script_name("Functional.layer_norm.0")
     assert script.name == "reproduce_Functional_layer_norm_0.py" and "CALL = \"Functional.layer_norm.0\"" in \
         script.read_text()
-    res = subprocess.run([RUFF, "check", "--no-cache", str(out)], capture_output=True, text=True, cwd=tmp_path)
+    res = subprocess.run([RUFF, *RUFF_ARGS, str(out)], capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -105,10 +121,11 @@ def test_from_result_selects_by_status_and_comments_the_recorded_failure(dump, t
     details.write_text("\ufeff" + header + "\r\n" + ",".join(row) + "\r\n", encoding="utf-8")
     generate(str(dump), str(tmp_path / "out"), from_result=str(result))
     text = (tmp_path / "out" / "test_msprobe.py").read_text()
+    notes = comments(text)
     assert '"Functional.gelu.0",' in text and '"Functional.linear.0",' not in text
-    assert "#   checker result: forward error, backward pass" in text
-    assert "#   failed: Functional.gelu.0.forward.output.0: error: Relative error is greater than 0.001" in text
-    assert "cosine=0.9999, max_abs_err=0.0382188" in text
+    assert "#   checker result: forward error, backward pass" in notes
+    assert "#   failed: Functional.gelu.0.forward.output.0: error: Relative error is greater than 0.001, " \
+        "consider as error [cosine=0.9999, max_abs_err=0.0382188]" in notes
     generate(str(dump), str(tmp_path / "out2"), from_result=str(result), statuses="error,warning")
     text = (tmp_path / "out2" / "test_msprobe.py").read_text()
     assert '"Functional.gelu.0",' in text and '"Tensor.softmax.0",' in text and "linear" not in text
@@ -190,7 +207,7 @@ def test_hostile_names_stay_literals_and_comments(tmp_path):
     text = (tmp_path / "out" / "test_msprobe.py").read_text()
     compile(text, "test_msprobe.py", "exec")
     assert "\nimport os" not in text and literal(name) in text
-    res = subprocess.run([RUFF, "check", "--no-cache", str(tmp_path / "out")], capture_output=True, text=True,
+    res = subprocess.run([RUFF, *RUFF_ARGS, str(tmp_path / "out")], capture_output=True, text=True,
                          cwd=tmp_path)
     assert res.returncode == 0, res.stdout
 

@@ -6,6 +6,9 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 torch = pytest.importorskip("torch")
 
@@ -221,3 +224,68 @@ def test_through_precision_debugger(tmp_path):
     rows = read_summary(str(rank0 / "grad_summary_1.csv"))
     assert list(rows[0])[1:6] == ["(-inf, -0.01]", "(-0.01, 0]", "(0, 0.01]", "(0.01, inf)", "=0"]
     assert rows[0]["max"] == f32(seen[1]["0.weight"].max())
+
+
+def test_bf16_and_non_finite_gradients(tmp_path):
+    model = torch.nn.Module()
+    model.h = torch.nn.Parameter(torch.zeros(3, 4, dtype=torch.bfloat16))
+    model.bad = torch.nn.Parameter(torch.zeros(5))
+    gen = torch.Generator().manual_seed(4)
+    model.h.grad = torch.randn(3, 4, generator=gen).to(torch.bfloat16)
+    model.bad.grad = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, 0.5])
+    mon = GradientMonitor(config(tmp_path, "L2"), "pytorch")
+    mon.monitor(model)
+    torch.optim.SGD(model.parameters(), lr=0.0).step()
+    mon.remove()
+    h, bad = read_summary(str(tmp_path / "rank0" / "grad_summary_0.csv"))
+    exp = expected_cells(model.h.grad, "L2")
+    assert {k: h[k] for k in exp} == exp                            # bf16: stats in bf16, then float32
+    assert (bad["max"], bad["min"], bad["norm"]) == ("nan", "nan", "nan")
+    # -inf -> (-inf, -1]; 0 -> (-1, 0]; 0.5 -> (0, 1]; inf and NaN -> (1, inf)
+    assert [bad[c] for c in ("(-inf, -1]", "(-1, 0]", "(0, 1]", "(1, inf)", "=0")] == ["0.2", "0.2", "0.2", "0.4",
+                                                                                       "0.2"]
+    d = np.load(tmp_path / "rank0" / "step0" / "bad.npy")
+    assert d.tolist() == [False, True, False, False, True]
+
+
+_SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, float("nan"), float("inf"), -float("inf")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(bounds=st.lists(st.sampled_from([-2.0, -1.0, 0.0, 0.5, 1.0]) | st.floats(-4, 4, width=32),
+                       min_size=1, max_size=5, unique=True).map(sorted),
+       values=hnp.arrays(np.float32, st.integers(0, 30),
+                         elements=st.floats(-5, 5, width=32) | st.sampled_from(_SPECIAL)))
+def test_l2_counts_agree_with_bucketize_and_the_numpy_path(bounds, values):
+    """Device counting (count(v <= b) differences) == torch.bucketize(right=False) == the NumPy path."""
+    from dumpers.grad_probe.config import parse_config
+    from dumpers.grad_probe.summary import summarise_flat
+    from dumpers.grad_probe.torch_monitor import TorchGradMonitor, intervals_from_le
+
+    mon = TorchGradMonitor(parse_config({"task": "grad_probe", "dump_path": "./unused",
+                                         "grad_probe": {"grad_level": "L2", "bounds": bounds}}))
+    grad = torch.from_numpy(values.copy())
+    packer = mon._compute([grad], "L2")
+    parts = packer.unpack(packer.to_host()[0])
+    got = intervals_from_le(parts["le"], [values.size])[0].tolist()
+    edges = torch.tensor(bounds, dtype=torch.float32)
+    expected = torch.bincount(torch.bucketize(grad, edges), minlength=len(bounds) + 1).tolist()
+    host = summarise_flat(values, [values.shape], ["x"], 0, "L2", bounds).intervals[0].tolist()
+    assert got == expected == host
+    assert int(parts["zeros"][0]) == int(np.count_nonzero(values == 0))
+    assert parts["direction"].tolist() == (values > 0).tolist()
+
+
+def test_sparse_embedding_gradient(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Embedding(10, 4, sparse=True)
+    mon = GradientMonitor(config(tmp_path, "L1"), "pytorch")
+    mon.monitor(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.tensor([1, 3, 3])).sum().backward()
+    dense = model.weight.grad.to_dense()
+    opt.step()
+    mon.remove()
+    row = read_summary(str(tmp_path / "rank0" / "grad_summary_0.csv"))[0]
+    assert (row["max"], row["min"], row["shape"]) == (f32(dense.max()), f32(dense.min()), "[10, 4]")
+    assert np.array_equal(np.load(tmp_path / "rank0" / "step0" / "weight.npy"), (dense > 0).numpy())

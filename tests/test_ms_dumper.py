@@ -296,7 +296,9 @@ def test_loader_reads_the_dumps_and_skips_replay_with_a_reason(runs):
         for case in dumpset:
             assert case.framework == "mindspore"
             assert case.forward is not None
-            assert case.problem and "MindSpore" in case.problem
+            assert case.problem                               # listed, and SKIPped with the reason
+            if case.prefix != "Jit":
+                assert "MindSpore" in case.problem
         assert dumpset.by_name()["Functional.tanh.0"].backward is not None
         if name == "mix_tensor":
             assert "Cell.fc.Dense.forward.0" in dumpset.excluded
@@ -381,19 +383,22 @@ def test_md5_and_bfloat16_tensor(ms, tmp_path):
     assert (item["Max"], item["Min"], item["Mean"]) == (3.0, -1.5, 0.9375)
 
 
-def test_journal_keeps_entries_until_stop(ms, tmp_path):
+@pytest.mark.parametrize("task", ["tensor", "statistics"])
+def test_journal_holds_entries_before_stop(ms, tmp_path, task):
     from mindspore import ops
 
     from dumpers.journal import read_journal
     from pytest_msprobe.mindspore import PrecisionDebugger, repair
     dump = tmp_path / "dump"
-    dbg = PrecisionDebugger(write_config(tmp_path / "c.json", dump))
+    dbg = PrecisionDebugger(write_config(tmp_path / "c.json", dump, task=task))
     try:
         dbg.start()
-        ops.relu(ms.Tensor(np.ones((2, 2), np.float32)))
+        x = ms.Tensor(np.array([[1.0, -2.0], [3.0, 0.5]], np.float32))
+        ops.relu(x)
         rank_dir = os.path.join(dump, "step0", "rank")
         state = read_journal(os.path.join(rank_dir, fmt.JOURNAL))
         assert list(state.data) == ["Functional.relu.0.forward"]
+        assert state.data["Functional.relu.0.forward"]["output"][0]["Max"] == 3.0
         assert load(dump)["data"] == {}                  # dump.json is written on stop()
         assert repair(rank_dir) == 1                      # what a crashed run's directory gets
         assert list(load(dump)["data"]) == ["Functional.relu.0.forward"]
@@ -469,3 +474,44 @@ def test_grad_probe_task_forwards_to_the_gradient_monitor(ms, tmp_path):
     found = sorted(f for _root, _dirs, files in os.walk(tmp_path / "gp") for f in files
                    if f.startswith("grad_summary_"))
     assert found == ["grad_summary_0.csv", "grad_summary_1.csv"]
+
+
+def test_jit_function_and_cell_are_one_call_each(ms, tmp_path):
+    from mindspore import nn, ops
+
+    from pytest_msprobe.mindspore import PrecisionDebugger
+
+    @ms.jit
+    def block(x, w):
+        return ops.tanh(ops.matmul(x, w)) * 2
+
+    class JitCell(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.d = nn.Dense(3, 3)
+
+        @ms.jit
+        def construct(self, x):
+            return self.d(x)
+
+    cell = JitCell()
+    w = ms.Parameter(ms.Tensor(np.linspace(-1, 1, 9, dtype=np.float32).reshape(3, 3)), name="w")
+    x = ms.Tensor(np.ones((2, 3), np.float32))
+    grad = ms.grad(lambda x: block(x, w).sum() + cell(x).sum(), None, [w] + cell.trainable_params())
+    bare = [g.asnumpy() for g in grad(x)]
+    dbg = PrecisionDebugger(write_config(tmp_path / "c.json", tmp_path / "d"))
+    try:
+        dbg.start()
+        dumped = [g.asnumpy() for g in grad(x)]
+        dbg.stop()
+        dbg.step()
+    finally:
+        dbg.close()
+    assert all(np.array_equal(a, b) for a, b in zip(bare, dumped))
+    data = load(str(tmp_path / "d"))["data"]
+    for key in ("Jit.JitFunction.1.forward", "Jit.JitFunction.1.backward", "Jit.JitCell.1.forward",
+                "Jit.JitCell.1.backward"):
+        assert key in data
+        assert fmt.parse_entry_key(key).kind == "jit"
+    assert not any(k.startswith(("Functional.tanh", "Functional.matmul")) for k in data)   # inside the graph
+    assert data["Jit.JitFunction.1.backward"]["output"][1]["shape"] == [3, 3]              # grad of w

@@ -12,6 +12,7 @@ import csv
 import os
 import re
 import stat
+import tempfile
 
 import numpy as np
 import pytest
@@ -113,9 +114,10 @@ def run_step(model, x, y, dump_path=None, **kw):
         loss = torch.nn.functional.cross_entropy(model(x).float(), y)
         loss.backward()
         return loss, None, None
-    with PtdbgDispatch(dump_path=str(dump_path), bench_overrides=OVERRIDES, **kw) as fwd:
+    # a fresh parent per block: blocks in one parent within one second wait for the next second
+    with PtdbgDispatch(dump_path=tempfile.mkdtemp(dir=dump_path), bench_overrides=OVERRIDES, **kw) as fwd:
         loss = torch.nn.functional.cross_entropy(model(x).float(), y)
-    with PtdbgDispatch(dump_path=str(dump_path), bench_overrides=OVERRIDES, **kw) as bwd:
+    with PtdbgDispatch(dump_path=tempfile.mkdtemp(dir=dump_path), bench_overrides=OVERRIDES, **kw) as bwd:
         loss.backward()
     return loss, fwd, bwd
 
@@ -186,8 +188,9 @@ def test_training_is_bit_identical(tmp_path):
     assert torch.equal(r0, r1)          # the random generator was not advanced by the bench
 
 
-def _tree(path):
-    return sorted(os.path.relpath(os.path.join(d, f), path) for d, _, fs in os.walk(path) for f in fs)
+def _npy_files(path):
+    return sorted(os.path.relpath(os.path.join(d, f), path) for d, _, fs in os.walk(path) for f in fs
+                  if f.endswith(".npy"))
 
 
 @pytest.mark.slow
@@ -195,8 +198,9 @@ def test_process_num_gives_identical_results(tmp_path):
     outs = {}
     for num in (0, 2):
         x, y = make_batch(torch.bfloat16)
-        _, fwd, bwd = run_step(make_model(torch.bfloat16, dropout=0.25), x, y, tmp_path / str(num) if
-                               (tmp_path / str(num)).mkdir() is None else None, dump_mode="all",
+        out_dir = tmp_path / str(num)
+        out_dir.mkdir()
+        _, fwd, bwd = run_step(make_model(torch.bfloat16, dropout=0.25), x, y, out_dir, dump_mode="all",
                                process_num=num)
         outs[num] = (fwd, bwd)
     for a, b in zip(outs[0], outs[2]):
@@ -206,12 +210,11 @@ def test_process_num_gives_identical_results(tmp_path):
         assert strip == [{k: v for k, v in r.items() if k != "NPU_Stack_Info"} for r in rows_b]
         assert all(r["NPU_Stack_Info"].startswith("[[") for r in rows_b)
         assert a.failed == b.failed
-        files = _tree(a.run_dir)
-        assert files == _tree(b.run_dir) and len(files) > 30
+        files = _npy_files(a.run_dir)
+        assert files == _npy_files(b.run_dir) and len(files) > 30
         for rel in files:
-            if rel.endswith(".npy"):
-                fa, fb = np.load(os.path.join(a.run_dir, rel)), np.load(os.path.join(b.run_dir, rel))
-                assert fa.dtype == fb.dtype and np.array_equal(fa, fb, equal_nan=True), rel
+            fa, fb = np.load(os.path.join(a.run_dir, rel)), np.load(os.path.join(b.run_dir, rel))
+            assert fa.dtype == fb.dtype and np.array_equal(fa, fb, equal_nan=True), rel
 
 
 def test_dump_modes(tmp_path):
@@ -243,12 +246,11 @@ def test_layout_names_and_permissions(tmp_path):
 
 def test_nested_and_reused_blocks_raise(tmp_path):
     outer = PtdbgDispatch(dump_path=str(tmp_path))
-    with outer, pytest.raises(RuntimeError, match="cannot be nested"):
-        with PtdbgDispatch(dump_path=str(tmp_path)):
-            pass
-    with pytest.raises(RuntimeError, match="create a new PtdbgDispatch"):
-        with outer:
-            pass
+    inner = PtdbgDispatch(dump_path=str(tmp_path))
+    with outer, pytest.raises(RuntimeError, match="cannot be nested"), inner:
+        pass
+    with pytest.raises(RuntimeError, match="create a new PtdbgDispatch"), outer:
+        pass
 
 
 def _no_cpu_kernel(x):
@@ -268,16 +270,18 @@ def test_special_ops_are_listed_with_reasons(tmp_path):
         torch.ones(2, device="meta") * 2            # meta
         sparse * 2                                  # sparse
         g = torch.ops.msprobe_od_test.tail_gelu(a)  # bench raises: listed, training goes on
+        with pytest.raises(RuntimeError):
+            torch.ones(2, 3) @ torch.ones(2, 3)     # the device op itself fails: listed, error re-raised
     assert torch.equal(b, a * 3) and torch.equal(out, a + b) and g.shape == (4, 4)
     rows = {r["NPU Name"]: r for r in read_rows(od.csv_path)}
     assert rows["mul__1_output"]["Accuracy Reached or Not"] == "Yes"
-    assert rows["mul__1_input.0"]["NPU max"] == rows["clone_1_output"]["NPU max"] or True
     assert rows["add_1_output"]["Accuracy Reached or Not"] == "Yes" and "add_1_input_out" in rows
     assert "view op" in rows["t_1_output"]["Err_message"]
     assert "random op" in rows["bernoulli__1_output"]["Err_message"]
     assert "in the skip list" in rows["clone_1_output"]["Err_message"]
     assert "meta tensor" in rows["mul_1_output"]["Err_message"]
     assert "layout" in rows["mul_2_output"]["Err_message"]
+    assert "the device run raised RuntimeError" in rows["mm_1_output"]["Err_message"]
     failed = rows["tail_gelu_1_output"]
     assert failed["Accuracy Reached or Not"] == "None" and "CPU run failed: NotImplementedError" in failed[
         "Err_message"]
@@ -298,7 +302,36 @@ def test_debug_lines(tmp_path, capsys):
         torch.ones(3) * 2
     out = capsys.readouterr().out
     assert "Main pid:" in out and "Dispatch Info: Rank[0]" in out and "Func[mul.Tensor]" in out
-    assert "mul_1_output index=2, shape=[3] Pass" in out and "Dispatch exit:" in out
+    assert "mul_1_output index=2, shape=[3] Pass" in out and "Time[NPU RUN]-EXIT" in out
+    assert "Dispatch exit: Device[0], Pid[" in out and "Input[2] Output[2] Total[4] API_Total[2]]" in out
+
+
+def test_override_keys_and_dropout(tmp_path):
+    calls = []
+
+    def mm_ref(a, b):
+        calls.append("mm")
+        return a @ b
+
+    x = torch.randn(4, 4)
+    overrides = {torch.ops.aten.mm.default: mm_ref, torch.ops.aten.mul: lambda a, b: a * b * 2}
+    torch.manual_seed(5)
+    expected = (torch.ops.aten.native_dropout(torch.ones(20, 20), 0.5, True)[0], torch.rand(2))
+    torch.manual_seed(5)
+    with PtdbgDispatch(dump_path=str(tmp_path), bench_overrides=overrides) as od:
+        drop = torch.ops.aten.native_dropout(torch.ones(20, 20), 0.5, True)[0]
+        x @ x
+        x * x
+    assert torch.equal(drop, expected[0]) and torch.equal(torch.rand(2), expected[1])
+    rows = {r["NPU Name"]: r for r in read_rows(od.csv_path)}
+    assert calls == ["mm"] and rows["mm_1_output"]["Accuracy Reached or Not"] == "Yes"
+    assert rows["mul_1_output"]["Accuracy Reached or Not"] == "No"       # the packet key reached mul.Tensor
+    dropped = rows["native_dropout_1_output.0"]
+    assert dropped["Accuracy Reached or Not"] == "Yes" and "share of zeros (difference 0.000000)" in dropped[
+        "Err_message"]
+    assert float(dropped["Cosine"]) == 1.0        # same generator state: the same mask on the CPU
+    with pytest.raises(TypeError, match="bench_overrides key"):
+        PtdbgDispatch(dump_path=str(tmp_path), bench_overrides={3: mm_ref})
 
 
 def test_public_names_resolve_lazily():

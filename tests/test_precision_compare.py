@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -258,3 +260,44 @@ def test_large_bf16_output_is_read_in_chunks(monkeypatch):
     b = torch.rand(5000, generator=GEN) + 1
     row = C.compare_output("gelu", "x", b, b.bfloat16())
     assert row.status in ("pass", "Warning") and len(reads) >= 5 and max(reads) <= 1000
+
+
+def test_backward_skip_messages():
+    assert C.backward_skip_message("mul", has_out_kwarg=False) == ""
+    assert C.backward_skip_message("mul", has_out_kwarg=True) == C.MSG_BACKWARD_OUT
+    assert C.backward_skip_message("repeat_interleave", has_out_kwarg=True) == (
+        C.MSG_BACKWARD_OUT + C.MSG_BACKWARD_NONE)
+    assert C.backward_skip_message("split", has_out_kwarg=False, output_is_sequence=True) == C.MSG_BACKWARD_MULTI
+    assert C.backward_skip_message("topk", has_out_kwarg=False, output_is_sequence=True) == ""
+
+
+
+
+@settings(max_examples=40, deadline=None)
+@given(dt=st.sampled_from([torch.float16, torch.bfloat16, torch.float32]),
+       n=st.integers(1, 300), seed=st.integers(0, 2 ** 16), version=st.sampled_from(["1.0.4", "26.2"]),
+       api=st.sampled_from(["gelu", "linear", "add", "relu", "conv2d"]))
+def test_identical_outputs_always_pass(dt, n, seed, version, api):
+    g = torch.Generator().manual_seed(seed)
+    device = (torch.randn(n, generator=g) * 10).to(dt)
+    bench = device.to(torch.float64 if dt == torch.float32 else torch.float32)
+    row = compare_output(api, "x", bench, device, version=version)
+    assert row.status == "pass", row.message
+    assert row.metrics["max_abs_err"] == 0
+    for key in ("binary_error_rate", "rmse", "error_balance", "max_rel_err", "ulp_max", "inf_nan_error_rate",
+                "rel_err_error_rate", "abs_err_error_rate", "small_value_err_ratio"):
+        assert row.metrics[key] in (None, 0), key
+
+
+def test_documented_fp16_example():
+    # docs/precision-standard.md, "The status of one output", second example
+    row = compare_output("gelu", "x", torch.tensor([100.0, 150.0]), torch.tensor([100.1, 150.0]).half())
+    assert row.status == "Warning" and row.message == "\n" + C.V_THOUSAND_WARN
+    assert row.metrics["max_abs_err"] == 0.125 and row.metrics["thousand_ratio"] == 0.5
+
+
+def test_quantization_int_outputs_26_2():
+    b, d = torch.tensor([1, 5, -3], dtype=torch.int8), torch.tensor([2, 5, -3], dtype=torch.int8)
+    assert compare_output("npu_dynamic_quant", "x", b, d, version="26.2").status == "pass"
+    assert compare_output("npu_dynamic_quant", "x", b, d + 1, version="26.2").status == "error"
+    assert compare_output("npu_dynamic_quant", "x", b, d).status == "error"     # 1.0.4: bit for bit

@@ -250,7 +250,9 @@ def mutated_dumps(draw):
     if how == "text":
         pos = draw(st.integers(0, len(text)))
         cut = draw(st.integers(0, 40))
-        insert = draw(st.sampled_from(["", "}", "]", ",", '"', "NaN", "-1", "{}", "[]", "\x00", "\u00e9", "1e999"]))
+        insert = draw(st.sampled_from(["", "}", "]", ",", '"', "NaN", "-1", "{}", "[]", "\x00", "\u00e9", "1e999",
+                                       '"shape": [-1], ', '"data_name": "../x.pt", ', '"dtype": "torch.evil", ',
+                                       '"Max": "1", ', '"shape": [1000000, 1000000], ', '"type": "slice", ']))
         return source, text[:pos] + insert + text[pos + cut:]
     doc = json.loads(text)
     paths = [p for p in _paths(doc) if p]

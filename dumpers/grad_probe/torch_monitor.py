@@ -31,10 +31,16 @@ def current_rank() -> int:
 
 
 def read_grad(param: torch.Tensor) -> torch.Tensor | None:
-    """``param.main_grad`` when the attribute exists (Megatron-style), else ``param.grad``."""
-    if hasattr(param, "main_grad"):
-        return param.main_grad
-    return param.grad
+    """``param.main_grad`` when the attribute exists (Megatron-style), else ``param.grad``; a sparse gradient
+    is densified and a DTensor (FSDP2, tensor parallel) gives its local shard."""
+    g = param.main_grad if hasattr(param, "main_grad") else param.grad
+    if g is None:
+        return None
+    if hasattr(g, "to_local"):
+        g = g.to_local()
+    if g.is_sparse:
+        g = g.to_dense()
+    return g
 
 
 def intervals_from_le(le: np.ndarray, numels: list[int]) -> np.ndarray:
@@ -95,7 +101,6 @@ class TorchGradMonitor:
         self._params: list[tuple[str, torch.nn.Parameter]] = []
         self._handle = None
         self._cleared = False
-        self._edges: dict[torch.device, torch.Tensor] = {}
         self.hook_seconds = 0.0              # wall time spent on the training thread in exported steps
         self.hook_cpu_seconds = 0.0          # CPU time of the training thread in exported steps
         self.exported_steps = 0

@@ -173,3 +173,12 @@ NAMESPACES = (
     ("Mint", "mindspore.mint", MINT),
     ("MintFunctional", "mindspore.mint.nn.functional", MINT_FUNCTIONAL),
 )
+
+# Functional APIs that write into their first argument (usually a Parameter). Like every name ending in "_", the
+# in-place dunders (__iadd__ ...) and __setitem__, they run on the caller's own tensors: no backward entry.
+INPLACE = frozenset((
+    "assign", "assign_add", "assign_sub", "inplace_add", "inplace_sub", "inplace_update", "inplace_index_add",
+    "inplace_sigmoid", "scatter_add", "scatter_div", "scatter_max", "scatter_min", "scatter_mul",
+    "scatter_nd_add", "scatter_nd_div", "scatter_nd_max", "scatter_nd_min", "scatter_nd_mul", "scatter_nd_sub",
+    "scatter_update",
+))

@@ -12,7 +12,7 @@ import functools
 import importlib
 from typing import Any, Callable
 
-from dumpers.mindspore_dump.api_table import NAMESPACES
+from dumpers.mindspore_dump.api_table import INPLACE, NAMESPACES
 
 _MISSING = object()
 
@@ -25,11 +25,11 @@ def resolve_namespace(path: str) -> Any:
     return importlib.import_module(path)
 
 
-def is_inplace(name: str) -> bool:
-    """In-place APIs (``add_``, ``__iadd__``, ``__setitem__``) run directly: a grad cell would copy self."""
+def is_inplace(prefix: str, name: str) -> bool:
+    """In-place APIs (``add_``, ``__iadd__``, ``__setitem__``, ``ops.assign``) must run on the caller's tensors."""
     if name.startswith("__"):
         return name.startswith("__i") or name == "__setitem__"
-    return name.endswith("_")
+    return name.endswith("_") or (prefix == "Functional" and name in INPLACE)
 
 
 class ApiPatcher:
@@ -128,6 +128,46 @@ class PrimitivePatcher:
             object.__setattr__(cell, attr, prim)
         self._saved.clear()
         self.installed = False
+
+
+class JitPatcher:
+    """Records each call of a ``mindspore.jit`` function or cell (PSJit) as one ``Jit.{name}`` API call.
+
+    ``name`` is the cell's class name for a jit cell or method, else ``JitFunction`` (msprobe's naming).
+    """
+
+    def __init__(self, call: Callable) -> None:
+        self._call = call
+        self._saved: tuple = ()
+
+    def install(self) -> None:
+        if self._saved:
+            return
+        try:
+            from mindspore.graph.api import _JitExecutor
+        except ImportError:
+            try:
+                from mindspore.common.api import _JitExecutor
+            except ImportError:
+                return
+        original = _JitExecutor.__call__
+        call = self._call
+
+        def jit_call(executor: Any, *args: Any, **kwargs: Any) -> Any:
+            owner = getattr(executor, "obj", None)
+            if owner is not None and args and args[0] is owner:
+                return call("Jit", type(owner).__name__, functools.partial(original, executor, owner),
+                            args[1:], kwargs)
+            return call("Jit", "JitFunction", functools.partial(original, executor), args, kwargs)
+
+        _JitExecutor.__call__ = jit_call
+        self._saved = (_JitExecutor, original)
+
+    def uninstall(self) -> None:
+        if self._saved:
+            cls, original = self._saved
+            cls.__call__ = original
+            self._saved = ()
 
 
 class PendingBackward:

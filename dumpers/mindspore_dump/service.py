@@ -17,6 +17,7 @@ from dumpers.mindspore_dump.config import MsDumpConfig
 from dumpers.mindspore_dump.filters import EntryFilter
 from dumpers.mindspore_dump.hooks import (
     ApiPatcher,
+    JitPatcher,
     PendingBackward,
     PrimitivePatcher,
     identity,
@@ -78,6 +79,7 @@ class DumpService:
         self.summariser: Summariser | None = None
         self.api_patcher = ApiPatcher(self.call_api)
         self.prim_patcher = PrimitivePatcher(self.call_api)
+        self.jit_patcher = JitPatcher(self.call_api)
         self._hooked_cells: set = set()
         self._handles: list = []
         self.fwd_stack: list = []          # keys of cells whose forward is running
@@ -115,6 +117,7 @@ class DumpService:
                 self._hook_cells(model)
             if self.apis:
                 self.api_patcher.install()
+                self.jit_patcher.install()
                 if model is not None:
                     self.prim_patcher.install(model)
             if self.writer is None:
@@ -132,6 +135,7 @@ class DumpService:
         self.flush_backward()
         self.on = False
         self.api_patcher.uninstall()
+        self.jit_patcher.uninstall()
         self.prim_patcher.uninstall()
         if self.writer is not None:
             self.writer.flush()
@@ -160,6 +164,10 @@ class DumpService:
             self.writer = None
         self.ended = True
 
+    def _add(self, key: str, entry: dict, stack: list | None = None) -> None:
+        self.writer.add(key, entry, stack)
+        self.writer.commit()
+
     def _next_index(self, counter: str) -> int:
         n = self.counters.get(counter, 0)
         self.counters[counter] = n + 1
@@ -175,7 +183,7 @@ class DumpService:
             return original(*args, **kwargs)
         self.busy = True
         try:
-            index = self._next_index(f"{prefix}.{name}")
+            index = self._next_index(f"{prefix}.{name}") + (1 if prefix == "Jit" else 0)   # Jit counts from 1
             api_call = fmt.api_call_name(prefix, name, index)
             key = f"{api_call}.{fmt.FORWARD}"
             if self.cells:
@@ -185,7 +193,7 @@ class DumpService:
             if want and self.filter.wants_inputs():
                 entry["input_args"] = self.summariser.encode_list(args, key, fmt.CAT_INPUT)
                 entry["input_kwargs"] = self.summariser.encode_kwargs(kwargs, key)
-            if recording_grad() and not is_inplace(name) and _has_tensor(args):
+            if recording_grad() and not is_inplace(prefix, name) and _has_tensor(args):
                 out = self._run_with_grad_hooks(original, args, kwargs, api_call)
             else:
                 out = original(*args, **kwargs)
@@ -193,7 +201,7 @@ class DumpService:
                 if self.filter.wants_outputs():
                     entry["output"] = self.summariser.encode_list(out, key, fmt.CAT_OUTPUT)
                 if entry:
-                    self.writer.add(key, entry, call_stack())
+                    self._add(key, entry, call_stack())
             return out
         finally:
             self.busy = False
@@ -202,20 +210,30 @@ class DumpService:
         """Run the call on identity copies of its float tensor inputs and hook those and the outputs."""
         pending = PendingBackward(api_call, len(args), self._finish_backward)
         call_args = list(args)
-        for i, arg in enumerate(args):
-            if is_float_tensor(arg):
-                copy = identity(arg)
-                copy.register_hook(pending.expect(True, i))
-                call_args[i] = copy
+        try:
+            for i, arg in enumerate(args):
+                if is_float_tensor(arg):
+                    copy = identity(arg)
+                    copy.register_hook(pending.expect(True, i))
+                    call_args[i] = copy
+        except Exception as exc:  # noqa: BLE001 - no backward entry rather than a failed training step
+            log.warning("msprobe: no backward entry for %s: %s", api_call, exc)
+            pending.finished = True
+            call_args = list(args)
         out = original(*call_args, **kwargs)
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        if not any(is_float_tensor(o) for o in outs):
-            pending.finished = True        # no gradient flows out of this call: no backward entry
+        if pending.finished:
             return out
-        pending.set_outputs(len(outs))
-        for j, o in enumerate(outs):
-            if is_float_tensor(o):
-                o.register_hook(pending.expect(False, j))
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        try:
+            if not any(is_float_tensor(o) for o in outs):
+                pending.finished = True    # no gradient flows out of this call: no backward entry
+                return out
+            pending.set_outputs(len(outs))
+            for j, o in enumerate(outs):
+                if is_float_tensor(o):
+                    o.register_hook(pending.expect(False, j))
+        except Exception as exc:  # noqa: BLE001 - keep the forward result whatever the hooks did
+            log.warning("msprobe: backward entry of %s may be incomplete: %s", api_call, exc)
         if pending.waiting:
             self._pending_backward[id(pending)] = pending
         return out
@@ -245,7 +263,7 @@ class DumpService:
             if self.filter.wants_outputs():
                 entry["output"] = self.summariser.encode_list(grads_of_inputs, key, fmt.CAT_OUTPUT)
             if entry:
-                self.writer.add(key, entry)
+                self._add(key, entry)
         finally:
             self.busy = was_busy
 
@@ -312,7 +330,7 @@ class DumpService:
                         entry["parameters"] = {
                             name: self.summariser.encode(p, key, "parameters", (name,), 1)
                             for name, p in getattr(cell, "_params", {}).items()}
-                        self.writer.add(key, entry, stack)
+                        self._add(key, entry, stack)
                     self.filter.cell_ended(key)
                 finally:
                     self.busy = False
@@ -345,7 +363,7 @@ class DumpService:
                 if self.filter.wants_outputs():
                     entry["output"] = self.summariser.encode_list(grad_input, key, fmt.CAT_OUTPUT)
                 if entry:
-                    self.writer.add(key, entry)
+                    self._add(key, entry)
             finally:
                 self.busy = was_busy
         return hook

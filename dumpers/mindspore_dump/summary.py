@@ -3,6 +3,9 @@
 Statistics are computed on a host copy with numpy (bfloat16 is widened to float32 first, as the tensor files
 are): Max/Min exactly in the tensor's dtype, Mean and Norm accumulated in float64. Integer tensors keep integer
 Max/Min and have Mean/Norm null, bool tensors give any/all, as msprobe's recent dumps do.
+
+(Computing them with MindSpore ops and fetching them later was tried: on the CPU backend of MindSpore 2.10 the
+extra op launches cost more than the wait for the host copy.)
 """
 from __future__ import annotations
 
@@ -83,7 +86,6 @@ class Summariser:
     def __init__(self, summary_mode: str = "statistics", tensor_dir: str | None = None) -> None:
         self.md5 = summary_mode == "md5"
         self.tensor_dir = tensor_dir
-        self.on_file: Callable[[str], None] | None = None
 
     def tensor_item(self, tensor: Any, name: str | None) -> dict:
         arr, dtype = to_numpy(tensor)
@@ -100,11 +102,11 @@ class Summariser:
         if len(path) > 4096 or len(name) > 255:
             log.warning("tensor file %s skipped: the path is longer than the file system allows", name)
             return False
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fmt.FILE_MODE)
+        tmp = f"{path}.tmp{os.getpid()}"            # a file cut short by a crash keeps its .tmp name
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fmt.FILE_MODE)
         with os.fdopen(fd, "wb") as fh:
             np.save(fh, arr, allow_pickle=False)
-        if self.on_file is not None:
-            self.on_file(path)
+        os.replace(tmp, path)
         return True
 
     def encode(self, value: Any, entry_key: str, category: str, path: tuple = (), depth: int = 0) -> Any:
@@ -114,7 +116,12 @@ class Summariser:
             return None
         if isinstance(value, ms.Tensor):
             name = fmt.data_name(entry_key, category, path, NPY) if self.tensor_dir else None
-            return self.tensor_item(value, name)
+            try:
+                return self.tensor_item(value, name)
+            except Exception as exc:  # noqa: BLE001 - never fail the training step over one summary
+                log.warning("msprobe: %s.%s%s not summarised: %s", entry_key, category,
+                            "".join(f".{p}" for p in path), exc)
+                return unreadable_item(value)
         if value is None:
             return None
         if isinstance(value, bool):
@@ -144,6 +151,18 @@ class Summariser:
 
     def encode_kwargs(self, kwargs: dict, entry_key: str) -> dict:
         return {str(k): self.encode(v, entry_key, fmt.CAT_KWARGS, (k,), 1) for k, v in kwargs.items()}
+
+
+def unreadable_item(tensor: Any) -> dict:
+    """The item of a tensor whose values could not be read: what is known, statistics null."""
+    item: dict = {"type": fmt.MINDSPORE_TENSOR_TYPE, "dtype": None, "shape": None}
+    for key, read in (("dtype", lambda: str(tensor.dtype)), ("shape", lambda: list(tensor.shape))):
+        try:
+            item[key] = read()
+        except Exception:  # noqa: BLE001, S112 - best effort for an already failing tensor
+            continue
+    item.update({k: None for k in fmt.STAT_KEYS})
+    return item
 
 
 def _slice_part(x: Any) -> Any:

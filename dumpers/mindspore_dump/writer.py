@@ -1,16 +1,18 @@
 """The files of one step and rank: dump.json, stack.json, construct.json, and the crash-safe journal.
 
-Each recorded entry goes to ``dump.journal`` (:mod:`dumpers.journal`, shared with the PyTorch dumper) the
-moment it is recorded, so a killed process loses nothing it captured; :func:`repair` (or the project's
-``repair-dump`` command) turns a journal into the final files. ``stop()`` rewrites the three JSON files
-atomically (temporary file + rename); ``step()`` does it once more and removes the journal.
+Each recorded entry goes to ``dump.journal`` (:mod:`dumpers.journal`, shared with the PyTorch dumper) when it
+is committed (the MindSpore service commits every entry at once), so a killed process loses nothing it
+captured; :func:`repair` (or the project's ``repair-dump`` command) turns a journal into the final files.
+``stop()`` rewrites the three JSON files atomically (temporary file + rename); ``step()`` does it once more
+and removes the journal.
 """
 from __future__ import annotations
 
 import os
 
 from dumpers import format as fmt
-from dumpers.journal import JournalWriter, read_journal
+from dumpers.journal import JournalWriter
+from dumpers.repair import repair_dir
 
 FRAMEWORK = "mindspore"
 
@@ -26,6 +28,8 @@ class StepWriter:
         self.construct: dict = {}
         self._stack_ids: dict = {}         # tuple(frame lines) -> stack id
         self._stack_keys: list = []        # stack id -> [keys]
+        self._sid: dict = {}               # entry key -> stack id
+        self._queued: list = []            # (key, entry) added but not yet journaled
         try:
             os.makedirs(self.dir, mode=fmt.DIR_MODE, exist_ok=True)
             if self.tensor_dir:
@@ -38,8 +42,12 @@ class StepWriter:
         self._journal.header(task, level, FRAMEWORK, self.tensor_dir)
 
     def add(self, key: str, entry: dict, stack: list | None = None) -> None:
-        """Record one entry; ``stack`` (frame lines) is grouped with identical stacks for stack.json."""
+        """Record one entry; ``stack`` (frame lines) is grouped with identical stacks for stack.json.
+
+        The entry reaches the journal at the next :meth:`commit`.
+        """
         self.data[key] = entry
+        self._queued.append((key, entry))
         sid = None
         if stack is not None:
             lines = tuple(stack)
@@ -50,8 +58,14 @@ class StepWriter:
                 if self._journal is not None:
                     self._journal.stack(sid, list(lines))
             self._stack_keys[sid].append(key)
+        self._sid[key] = sid
+
+    def commit(self) -> None:
+        """Journal the entries added since the last commit (call once their statistics are final)."""
+        queued, self._queued = self._queued, []
         if self._journal is not None:
-            self._journal.entry(key, entry, sid)
+            for key, entry in queued:
+                self._journal.entry(key, entry, self._sid.get(key))
 
     def set_parent(self, key: str, parent: str | None) -> None:
         if key not in self.construct:
@@ -74,10 +88,12 @@ class StepWriter:
 
     def flush(self) -> None:
         """Rewrite the three JSON files in full (the journal stays until :meth:`close`)."""
+        self.commit()
         self._write_files()
 
     def close(self) -> None:
         """Final write, then remove the journal: the directory is now a finished dump."""
+        self.commit()
         self._write_files()
         if self._journal is not None:
             self._journal.close(remove=True)
@@ -87,17 +103,11 @@ class StepWriter:
 def repair(step_rank_dir: str) -> int:
     """Finish a dump directory whose process died: rebuild the JSON files from its journal.
 
+    This is :func:`dumpers.repair.repair_dir` (shared with the PyTorch dumper and the ``repair-dump`` command).
+
     Returns:
         The number of entries in the repaired dump.json (0 when there was no journal).
     """
-    path = os.path.join(step_rank_dir, fmt.JOURNAL)
-    if not os.path.isfile(path):
+    if not os.path.isfile(os.path.join(step_rank_dir, fmt.JOURNAL)):
         return 0
-    state = read_journal(path)
-    if not state.header:
-        raise ValueError(f"{path}: no header record; this is not a dump journal")
-    fmt.write_json_atomic(os.path.join(step_rank_dir, fmt.DUMP_JSON), state.dump_json())
-    fmt.write_json_atomic(os.path.join(step_rank_dir, fmt.STACK_JSON), state.stack_json())
-    fmt.write_json_atomic(os.path.join(step_rank_dir, fmt.CONSTRUCT_JSON), state.construct)
-    os.remove(path)
-    return len(state.data)
+    return repair_dir(step_rank_dir).entries

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import traceback
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -37,6 +38,7 @@ BANNER = r"""
  \___/|_| |_|_|_|_| |_|\___|  \___\___/|_| |_| |_| .__/ \__,_|_|  \___|
                                                  |_|"""
 
+HOTSPOT_SECONDS = 5.0
 _OWN_FILES = (os.path.dirname(os.path.abspath(__file__)),)
 
 
@@ -55,9 +57,8 @@ def _override_key(key: Any) -> str:
     """Normalise a bench-override key (OpOverload, OpOverloadPacket or "ns::op[.overload]" / "op")."""
     if isinstance(key, str):
         return key if "::" in key else f"aten::{key}"
-    name = getattr(key, "name", None)
-    if callable(name):        # OpOverload.name() -> "ns::op.overload"; packet has no name() method
-        return key.name()
+    if isinstance(key, torch._ops.OpOverload):
+        return ops.qualified_name(*ops.split_name(key))
     qual = getattr(key, "_qualified_op_name", None)
     if isinstance(qual, str):
         return qual
@@ -101,6 +102,7 @@ class PtdbgDispatch(TorchDispatchMode):
         self.single_api_index: dict[str, int] = {}
         self.failed: list[str] = []          # names of the items reported Failed
         self.rows_written = 0
+        self.input_rows = self.output_rows = 0
         self._pending: deque = deque()
         self._csv: CompareCsv | None = None
         self._state = "new"
@@ -146,9 +148,8 @@ class PtdbgDispatch(TorchDispatchMode):
             self._csv.close()
         LOG.info("start write compare csv: Rank[%s], Pid[%s", self.rank, os.getpid())
         if self.debug:
-            console(f"Dispatch exit: Device[{self.rank}], Pid[{os.getpid()} Rows[{self.rows_written}] "
-                    f"API_Total[{self.api_index}]]")
-
+            console(f"Dispatch exit: Device[{self.rank}], Pid[{os.getpid()} Input[{self.input_rows}] "
+                    f"Output[{self.output_rows}] Total[{self.rows_written}] API_Total[{self.api_index}]]")
 
     # --- interception --------------------------------------------------------------------------------
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -170,7 +171,15 @@ class PtdbgDispatch(TorchDispatchMode):
                     rng_state = torch.get_rng_state()
             except Exception as err:  # noqa: BLE001 - an uncopyable input makes the op a SKIP
                 reason = f"cannot copy the inputs to the CPU: {type(err).__name__}: {err}"
-        out = func(*args, **kwargs)            # the device run: the caller's own arguments, result untouched
+        start = time.perf_counter()
+        try:
+            out = func(*args, **kwargs)        # the device run: the caller's own arguments, result untouched
+        except BaseException as err:
+            self._emit(OpResult(self.api_index, rows=skip_rows(
+                f"{packet}_{n}", None, f"the device run raised {type(err).__name__}: {err}", stack)))
+            raise
+        if self.debug:
+            self._timed("NPU RUN", f"{packet}.{overload}", n, time.perf_counter() - start)
         if reason is not None:
             self._emit(OpResult(self.api_index, rows=skip_rows(f"{packet}_{n}", out, reason, stack)))
             return out
@@ -183,12 +192,20 @@ class PtdbgDispatch(TorchDispatchMode):
             if self.debug:
                 console(f"Dispatch Info: Rank[{self.rank}], Pid[{os.getpid()}], Func[{packet}.{overload}], "
                         f"Name[{job.base}], Count[{self.api_index}]")
+            start = time.perf_counter()
             self._judge(job, func, namespace, packet)
+            if self.debug:
+                self._timed("COMPARE OUTPUT", f"{packet}.{overload}", n, time.perf_counter() - start)
         except Exception as err:  # noqa: BLE001 - judging must never break training
             LOG.error("online dispatch could not compare %s.%s: %s", packet, overload, err)
             self._emit(OpResult(self.api_index, rows=skip_rows(
                 f"{packet}_{n}", out, f"comparison failed: {type(err).__name__}: {err}", stack)))
         return out
+
+    def _timed(self, tag: str, func: str, n: int, seconds: float) -> None:
+        prefix = "Hotspot " if seconds > HOTSPOT_SECONDS else ""
+        console(f"{prefix}Time[{tag}]-EXIT: Dev[{self.rank}], Pid[{os.getpid()}], Fun[{func}], Id[{n}], "
+                f"time[{seconds:.6f}]")
 
     def _dump_policy(self, packet: str) -> str:
         if self.dump_mode == "all" or (self.dump_mode == "list" and packet in self.api_list):
@@ -245,8 +262,19 @@ class PtdbgDispatch(TorchDispatchMode):
 
     def _write(self, result: OpResult) -> None:
         if self._csv is not None:
-            self._csv.write(result.rows)
+            try:
+                self._csv.write(result.rows)
+            except OSError as err:     # a full disk stops the report, never the training
+                LOG.error("cannot write %s (%s); the rest of this block is not recorded", self.csv_path, err)
+                self._csv.close()
+                self._csv = None
         self.rows_written += len(result.rows)
+        for row in result.rows:
+            name = row[0]
+            if self.debug:
+                console(f"summary: Device[{self.rank}], Pid[{os.getpid()}], Data[{row[:16]}]")
+            self.input_rows += "_input" in name
+            self.output_rows += "_output" in name
         for failed, text in result.lines:
             if failed:
                 self.failed.append(text.split(" ", 2)[1])

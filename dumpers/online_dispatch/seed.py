@@ -26,7 +26,8 @@ def seed_all(seed: int = 1234, mode: bool = False) -> None:
     os.environ["PYTHONHASHSEED"] = str(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)          # also seeds every CUDA device
-    torch.use_deterministic_algorithms(mode)
+    if mode or torch.are_deterministic_algorithms_enabled():   # the first call costs seconds: skip a no-op
+        torch.use_deterministic_algorithms(mode)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
     npu = getattr(torch, "npu", None) if "torch_npu" in sys.modules else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import atexit
 import logging
 import multiprocessing
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -47,7 +47,7 @@ class WorkerPool:
     interpreter exit) stops them.
     """
 
-    _shared: dict = {}
+    _shared: ClassVar[dict] = {}
 
     def __init__(self, process_num: int) -> None:
         ctx = multiprocessing.get_context("spawn")

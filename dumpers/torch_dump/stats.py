@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import weakref
 import zlib
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 

@@ -25,8 +25,10 @@ from .standards import (
     ERROR,
     FIRST_OUTPUT_ONLY_APIS,
     FP16,
+    GRAD_INDEX,
     MAX_ABS_PASS,
     NEW_STANDARD_DTYPES,
+    NO_BACKWARD_APIS,
     PASS,
     SKIP,
     THOUSANDTH,
@@ -43,6 +45,11 @@ MSG_STRUCTURE = "bench and npu output structure is different."
 MSG_BENCH_NONE = "Bench output is None, skip this test."
 MSG_EMPTY_REL = "Relative error result list is empty."
 MSG_NO_BENCH_RESULT = "There is not bench calculation result."
+
+# 1.4 / 3.3 backward skip messages
+MSG_BACKWARD_OUT = "function with out=... arguments don't support automatic differentiation, skip backward."
+MSG_BACKWARD_NONE = "function backward result is None, skip backward."
+MSG_BACKWARD_MULTI = "Multiple backward is not supported."
 
 # 3.1 verdict sentences
 V_COS_ERR = "Cosine similarity is less than 0.99, consider as error, skip other check and set to SPACE.\n"
@@ -80,6 +87,22 @@ class DetailRow:
     status: str = PASS             # "pass" | "Warning"/"warning" (per version) | "error" | "SKIP"
     message: str = ""
     standard: str = ""             # "benchmark"/"ulp"/... which standard applied (for reports)
+
+
+def backward_skip_message(api_name: str, *, has_out_kwarg: bool, output_is_sequence: bool = False) -> str:
+    """Why backward is not run for an API call (1.4), or "" when it can run.
+
+    Several reasons are concatenated without a separator, as msprobe does. ``output_is_sequence`` means the
+    forward output is a list/tuple and the API has no grad index (``GRAD_INDEX``).
+    """
+    msg = ""
+    if has_out_kwarg:
+        msg += MSG_BACKWARD_OUT
+    if api_name in NO_BACKWARD_APIS:
+        msg += MSG_BACKWARD_NONE
+    if output_is_sequence and api_name not in GRAD_INDEX:
+        msg += MSG_BACKWARD_MULTI
+    return msg
 
 
 def skip_row(row_name: str, message: str) -> DetailRow:
@@ -238,13 +261,17 @@ def _compare_integers(api_name: str, row: DetailRow, bs: Any, ds: Any, std: Stan
         row.message = msg + MSG_NO_BENCH_RESULT + "\n"
         return row
     if api_name in std.quantization_apis:
-        b = np.concatenate([bs.read(0, bs.size).astype(np.int64)]) if bs.size else np.zeros(0)
-        d = ds.read(0, ds.size).astype(np.int64)
-        row.status = PASS if int(np.max(np.abs(d - b))) <= std.quant_max_abs else ERROR
+        worst = max(int(np.max(np.abs(ds.read(i, j).astype(np.int64) - bs.read(i, j).astype(np.int64))))
+                    for i, j in _spans(bs.size))
+        row.status = PASS if worst <= std.quant_max_abs else ERROR
     else:
         row.status = PASS if rate == 0 else ERROR
     row.message = msg + "\n"
     return row
+
+
+def _spans(n: int) -> list:
+    return [(i, min(i + M.CHUNK, n)) for i in range(0, n, M.CHUNK)]
 
 
 def _groups_for(standard: str, dt: str, std: StandardVersion, api_name: str) -> dict:

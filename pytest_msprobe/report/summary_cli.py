@@ -1,0 +1,89 @@
+"""``pytest-msprobe summary RESULT_CSV``: counts and failing APIs of an accuracy_checking_result CSV.
+
+Reads our CSVs and msprobe's (its details twin is used when present). Exit status 1 when an API fails
+(error, or warning with ``--fail-on warning``), so the command can gate CI on a CSV made elsewhere.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from collections import Counter
+
+from . import acc_csv
+from .columns import DETAILS_HEADER
+
+DESCRIPTION = "Summarise an accuracy_checking_result CSV (ours or msprobe's): counts and the failing APIs."
+EPILOG = "example: pytest-msprobe summary out/accuracy_checking_result_20260101120000.csv --top 20"
+
+_METRICS = ("余弦相似度", "最大绝对误差", "双百指标", "双千指标", "双万指标", "二进制一致错误率")
+_METRIC_EN = {"余弦相似度": "cosine", "最大绝对误差": "max_abs", "双百指标": "double_hundred",
+              "双千指标": "double_thousand", "双万指标": "double_ten_thousand",
+              "二进制一致错误率": "binary_error_rate"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("result_csv", help="accuracy_checking_result_{timestamp}.csv")
+    parser.add_argument("--details", default=None,
+                        help="the details CSV (default: the result CSV's 'details' twin, if it exists)")
+    parser.add_argument("--top", type=int, default=10, help="how many failing APIs to list (default 10)")
+    parser.add_argument("--fail-on", choices=("error", "warning"), default="error",
+                        help="which status makes the exit status 1 (default error)")
+
+
+def _worst_rows(details_path: str) -> dict:
+    """API -> (row name, status, short reason) of its first error row, else its first warning row."""
+    header, rows = acc_csv.read_details_csv(details_path)
+    col = {name: i for i, name in enumerate(header)}
+    status_i = col.get("Status", DETAILS_HEADER.index("Status"))
+    msg_i = col.get("Message", DETAILS_HEADER.index("Message"))
+    worst: dict = {}
+    for r in rows:
+        status = r[status_i].strip().lower()
+        if status not in ("error", "warning"):
+            continue
+        api = acc_csv.api_of_output(r[0])
+        if api in worst and (worst[api][1] == "error" or status == "warning"):
+            continue
+        lines = [ln for ln in r[msg_i].splitlines() if ln.strip()]
+        metrics = ", ".join(f"{_METRIC_EN[m]}={r[col[m]].strip()}" for m in _METRICS
+                            if m in col and r[col[m]].strip())
+        reason = (lines[-1] if lines else status) + (f" [{metrics}]" if metrics else "")
+        worst[api] = (r[0], status, reason)
+    return worst
+
+
+def summarise(result_csv: str, details_csv: str | None = None, *, top: int = 10,
+              fail_on: str = "error") -> tuple:
+    """(lines to print, number of failing APIs)."""
+    rows = acc_csv.read_result_csv(result_csv)
+    fwd = Counter(r.forward.strip() or "blank" for r in rows)
+    bwd = Counter(r.backward.strip() or "blank" for r in rows)
+    failing = [r for r in rows if acc_csv.is_failing(r.forward, r.backward, fail_on=fail_on)]
+    skipped = [r for r in rows if r.forward.strip().upper() == "SKIP"]
+    lines = [f"{result_csv}: {len(rows)} APIs",
+             "forward:  " + ", ".join(f"{k} {v}" for k, v in fwd.most_common()),
+             "backward: " + ", ".join(f"{k} {v}" for k, v in bwd.most_common())]
+    if details_csv is None:
+        twin = acc_csv.details_path_for(result_csv)
+        details_csv = twin if os.path.exists(twin) else None
+    worst = _worst_rows(details_csv) if details_csv else {}
+    if failing:
+        lines.append(f"failing APIs ({len(failing)}, fail on {fail_on}):")
+        for r in failing[:top]:
+            row, _, reason = worst.get(r.name, (r.name, "", (r.message or "").strip()))
+            lines.append(f"  {r.name}: forward {r.forward}, backward {r.backward.strip() or '-'}"
+                         + (f"; {row}: {reason}" if reason else ""))
+        if len(failing) > top:
+            lines.append(f"  ... {len(failing) - top} more")
+    if skipped:
+        reasons = Counter((r.message or "").strip() or "(no reason)" for r in skipped)
+        lines.append(f"SKIP ({len(skipped)}):")
+        for reason, n in reasons.most_common(top):
+            lines.append(f"  {n} x {reason}")
+    return lines, len(failing)
+
+
+def run(args: argparse.Namespace) -> int:
+    lines, n_failing = summarise(args.result_csv, args.details, top=args.top, fail_on=args.fail_on)
+    print("\n".join(lines))
+    return 1 if n_failing else 0
