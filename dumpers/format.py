@@ -163,14 +163,101 @@ def dumps_json(obj: Any) -> str:
     return json.dumps(obj, indent=1, ensure_ascii=True, allow_nan=True)
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
-    """Write ``obj`` to ``path`` via a temporary file and rename, so readers never see half a file."""
+_ESCAPE_ASCII = json.encoder.encode_basestring_ascii
+_FLOAT_REPR = float.__repr__
+_INT_REPR = int.__repr__
+
+
+def _float_text(x: float) -> str:
+    if x != x:
+        return "NaN"
+    if x == math.inf:
+        return "Infinity"
+    if x == -math.inf:
+        return "-Infinity"
+    return _FLOAT_REPR(x)
+
+
+def _key_text(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if key is True:
+        return "true"
+    if key is False:
+        return "false"
+    if key is None:
+        return "null"
+    if isinstance(key, float):
+        return _float_text(key)
+    if isinstance(key, int):
+        return _INT_REPR(key)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+
+
+def _encode_into(obj: Any, level: int, out: list) -> None:
+    if isinstance(obj, str):
+        out.append(_ESCAPE_ASCII(obj))
+    elif obj is None:
+        out.append("null")
+    elif obj is True:
+        out.append("true")
+    elif obj is False:
+        out.append("false")
+    elif isinstance(obj, int):
+        out.append(_INT_REPR(obj))
+    elif isinstance(obj, float):
+        out.append(_float_text(obj))
+    elif isinstance(obj, dict):
+        if not obj:
+            out.append("{}")
+            return
+        inner = "\n" + " " * (level + 1)
+        sep = "{" + inner
+        for key, value in obj.items():
+            out.append(sep)
+            out.append(_ESCAPE_ASCII(_key_text(key)))
+            out.append(": ")
+            _encode_into(value, level + 1, out)
+            sep = "," + inner
+        out.append("\n" + " " * level + "}")
+    elif isinstance(obj, (list, tuple)):
+        if not obj:
+            out.append("[]")
+            return
+        inner = "\n" + " " * (level + 1)
+        sep = "[" + inner
+        for value in obj:
+            out.append(sep)
+            _encode_into(value, level + 1, out)
+            sep = "," + inner
+        out.append("\n" + " " * level + "]")
+    else:
+        raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def dumps_json_fast(obj: Any) -> str:
+    """Exactly :func:`dumps_json`'s text, several times faster (json's indented encoder is pure Python).
+
+    For plain JSON data (dict, list, tuple, str, int, float, bool, None); anything else is a TypeError.
+    """
+    out: list = []
+    _encode_into(obj, 0, out)
+    return "".join(out)
+
+
+def write_json_atomic(path: str, obj: Any, fsync: bool = True) -> None:
+    """Write ``obj`` to ``path`` via a temporary file and rename, so readers never see half a file.
+
+    ``fsync=False`` skips flushing to the device: the rename is still atomic for every reader and a
+    killed process, only a power loss may lose the new content.
+    """
     tmp = f"{path}.tmp{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(dumps_json(obj))
+        fh.write(dumps_json_fast(obj))
         fh.flush()
-        os.fsync(fh.fileno())
+        if fsync:
+            os.fsync(fh.fileno())
     os.replace(tmp, path)
 
 

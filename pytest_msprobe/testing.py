@@ -51,11 +51,11 @@ def describe_case(case: Any) -> str:
 
 # --- devices and options ------------------------------------------------------------------------------
 def _session(config: Any) -> Any:
-    """The plugin's per-process session (settings + backend registry), made on first use."""
-    from .items import SESSION_KEY
-    sess = config.stash.get(SESSION_KEY, None)
-    if sess is not None:
-        return sess
+    """This process's session of generated cases (settings + backend registry), made on first use.
+
+    It is the plugin's own :class:`~pytest_msprobe.session.CheckSession` (device choice, xdist device
+    sharing, ``--msprobe-timeout``), with the run options of the case at hand swapped in.
+    """
     if not _KEYS:
         import pytest
         _KEYS.append(pytest.StashKey["Any"]())
@@ -63,10 +63,17 @@ def _session(config: Any) -> Any:
     if sess is None:
         from .options import Settings
         from .session import CheckSession
+
+        class SuiteSession(CheckSession):
+            overrides: dict = {}
+
+            def run_options(self, dump_path: str) -> Any:
+                return dataclasses.replace(super().run_options(dump_path), **self.overrides)
+
         if not hasattr(config.option, "msprobe_device_type"):
             raise RuntimeError("the pytest-msprobe plugin is not active in this run (disabled with "
                                "-p no:msprobe?); generated suites need its options and device backends")
-        sess = CheckSession(config, Settings.from_config(config))
+        sess = SuiteSession(config, Settings.from_config(config))
         config.stash[_KEYS[0]] = sess
     return sess
 
@@ -86,6 +93,7 @@ def options_for(config: Any, *, random: bool = False, seed: int = DEFAULT_SEED, 
     """The :class:`~pytest_msprobe.runner.RunOptions` of one generated case: the module's data mode and seed,
     the run's --msprobe-standard (else the module's), --msprobe-fail-on, --msprobe-max-bytes, error data."""
     sess = _session(config)
+    sess.overrides = {}
     opts = sess.run_options(dump_json)
     explicit_standard = getattr(config.option, "msprobe_standard", None)
     explicit_seed = getattr(config.option, "msprobe_seed", None)
@@ -164,11 +172,13 @@ def check_call(config: Any, data_dir: str | os.PathLike, call: str, *, random: b
     from .items import describe
     case = load_case(data_dir, call)
     try:
-        backend, index = backend_for(config)
+        backend, _ = backend_for(config)
     except ValueError as exc:
         pytest.fail(f"--msprobe-device-type: {exc}", pytrace=False)
     options = options_for(config, random=random, seed=seed, standard=standard, dump_json=case.dump_json)
-    result = run_call(case, backend, index, options=options)
+    sess = _session(config)
+    sess.overrides = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    result = sess.run(case, case.dump_json)          # the checker's own path: timeout included
     seed_note = f" (random data, seed {result.seed})" if result.data_mode == "random_data" else ""
     if result.skipped:
         pytest.skip(f"{result.message}{seed_note}")

@@ -515,3 +515,21 @@ def test_jit_function_and_cell_are_one_call_each(ms, tmp_path):
         assert fmt.parse_entry_key(key).kind == "jit"
     assert not any(k.startswith(("Functional.tanh", "Functional.matmul")) for k in data)   # inside the graph
     assert data["Jit.JitFunction.1.backward"]["output"][1]["shape"] == [3, 3]              # grad of w
+
+
+def test_cell_scope_range(ms, tmp_path):
+    from pytest_msprobe.mindspore import PrecisionDebugger
+    net = make_net(ms)
+    dbg = PrecisionDebugger(write_config(tmp_path / "c.json", tmp_path / "d", level="mix",
+                                         scope=["Cell.relu.ReLU.forward.0", "Cell.flat.Flatten.forward.0"]))
+    try:
+        dbg.start(net)
+        net(ms.Tensor(batches()[0][0]))
+        dbg.stop()
+    finally:
+        dbg.close()
+    data = load(str(tmp_path / "d"))["data"]
+    assert list(data) == ["Primitive.relu.0.forward", "Cell.relu.ReLU.forward.0", "Functional.flatten.0.forward",
+                          "Cell.flat.Flatten.forward.0"]
+    construct = load(str(tmp_path / "d"), name=fmt.CONSTRUCT_JSON)
+    assert "Cell.conv.Conv2d.forward.0" in construct          # every name seen, in scope or not

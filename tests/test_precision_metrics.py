@@ -151,6 +151,7 @@ def test_simple_helpers_return_python_floats():
     assert M.cosine(np.zeros(2), np.zeros(2)) == 1.0
     assert math.isnan(M.cosine(np.zeros(2), np.ones(2)))
     assert M.max_abs_error(np.zeros(0), np.zeros(0)) == 0.0
+    assert math.isnan(M.cosine(np.zeros(0), np.zeros(0)))
 
 
 # ---------------------------------------------------------------------------------------------- inf / nan

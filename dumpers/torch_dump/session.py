@@ -111,7 +111,6 @@ class DumpSession:
         self.counters.clear()
         self.parents.clear()
         self.forward_parent.clear()
-        self.cache.clear()
         self._reset_step_state()
 
     # --- files -----------------------------------------------------------------------------------
@@ -130,9 +129,9 @@ class DumpSession:
                 self.tensor_dir = tdir
                 self.dump_data_dir = tdir
             self.dir = path
-            fmt.write_json_atomic(os.path.join(path, fmt.DUMP_JSON), self._dump_json())
-            fmt.write_json_atomic(os.path.join(path, fmt.STACK_JSON), {})
-            fmt.write_json_atomic(os.path.join(path, fmt.CONSTRUCT_JSON), {})
+            fmt.write_json_atomic(os.path.join(path, fmt.DUMP_JSON), self._dump_json(), fsync=False)
+            fmt.write_json_atomic(os.path.join(path, fmt.STACK_JSON), {}, fsync=False)
+            fmt.write_json_atomic(os.path.join(path, fmt.CONSTRUCT_JSON), {}, fsync=False)
             self.journal = JournalWriter(os.path.join(path, fmt.JOURNAL))
             self.journal.header(self.task, self.level, "pytorch", self.dump_data_dir)
         except OSError as exc:
@@ -155,9 +154,9 @@ class DumpSession:
             self.writer.flush()
         stack = {str(sid): [keys, lines] for sid, keys, lines in self.stack_groups.values() if keys}
         try:
-            fmt.write_json_atomic(os.path.join(self.dir, fmt.DUMP_JSON), self._dump_json())
-            fmt.write_json_atomic(os.path.join(self.dir, fmt.STACK_JSON), stack)
-            fmt.write_json_atomic(os.path.join(self.dir, fmt.CONSTRUCT_JSON), self.construct)
+            fmt.write_json_atomic(os.path.join(self.dir, fmt.DUMP_JSON), self._dump_json(), fsync=False)
+            fmt.write_json_atomic(os.path.join(self.dir, fmt.STACK_JSON), stack, fsync=False)
+            fmt.write_json_atomic(os.path.join(self.dir, fmt.CONSTRUCT_JSON), self.construct, fsync=False)
         except OSError as exc:
             self._fail(exc)
             return

@@ -34,22 +34,30 @@ def _kind(t: torch.Tensor) -> str:
     return "int"
 
 
-def _reductions(t: torch.Tensor, kind: str) -> torch.Tensor:
-    """The statistics of ``t`` as a float64 vector on its device (no host sync)."""
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _mean(t: torch.Tensor) -> torch.Tensor:
+    """``t.mean()``; for fp16/bf16 the same value through the faster float32 sum (rounded back)."""
+    if t.dtype in _LOW_PRECISION:
+        return (t.sum(dtype=torch.float32) / t.numel()).to(t.dtype)
+    return t.mean()
+
+
+def _reductions(t: torch.Tensor, kind: str) -> list:
+    """The statistics of ``t`` as 0-d tensors on its device (no host sync, no per-tensor stacking)."""
     if kind == "bool":
-        return torch.stack([t.any(), t.all()]).to(torch.float64)
+        return [t.any(), t.all()]
     if kind == "scalar":
-        v = (t.abs() if t.is_complex() else t).reshape(1).to(torch.float64)
-        return v.expand(4)
+        return [t.abs() if t.is_complex() else t]
     if kind == "complex":
         a = t.abs()
         mn, mx = torch.aminmax(a)
-        return torch.stack([mx, mn, a.mean()]).to(torch.float64)
-    if kind == "int":
-        mn, mx = torch.aminmax(t)
-        return torch.stack([mx, mn]).to(torch.float64)
+        return [mx, mn, a.mean()]
     mn, mx = torch.aminmax(t)
-    return torch.stack([mx, mn, t.mean(), torch.linalg.vector_norm(t)]).to(torch.float64)
+    if kind == "int":
+        return [mx, mn]
+    return [mx, mn, _mean(t), torch.linalg.vector_norm(t)]
 
 
 def _except_inf_nan(t: torch.Tensor) -> tuple:
@@ -145,21 +153,31 @@ class StatBatch:
         return item
 
     def resolve(self) -> None:
-        """Fill every pending item: one concatenation and one ``tolist()`` per device."""
+        """Fill every pending item: one stack per (device, dtype), one ``tolist()`` per device."""
         if not self.pending:
             return
-        by_device: dict = {}
+        groups: dict = {}                 # (device, dtype) -> 0-d statistic tensors
+        slots = []                        # per pending item: (group key, position in the group)
         for entry in self.pending:
-            by_device.setdefault(entry[3].device, []).append(entry)
-        for entries in by_device.values():
-            values = torch.cat([e[3] for e in entries]).tolist()
-            pos = 0
-            for item, kind, data, vec, t, version in entries:
-                n = vec.numel()
-                self._fill(item, kind, data, values[pos:pos + n])
-                pos += n
-                if self.cache is not None:
-                    self.cache.put(t, version, {k: item[k] for k in _CACHED_KEYS if k in item})
+            item_slots = []
+            for value in entry[3]:
+                key = (value.device, value.dtype)
+                group = groups.setdefault(key, [])
+                item_slots.append((key, len(group)))
+                group.append(value)
+            slots.append(item_slots)
+        offsets: dict = {}
+        parts: dict = {}
+        for key, values in groups.items():
+            device_parts = parts.setdefault(key[0], [])
+            offsets[key] = sum(p.numel() for p in device_parts)
+            device_parts.append(torch.stack(values).to(torch.float64))
+        host = {device: (torch.cat(p) if len(p) > 1 else p[0]).tolist() for device, p in parts.items()}
+        for (item, kind, data, _values, t, version), item_slots in zip(self.pending, slots):
+            numbers = [host[key[0]][offsets[key] + i] for key, i in item_slots]
+            self._fill(item, kind, data, numbers)
+            if self.cache is not None:
+                self.cache.put(t, version, {k: item[k] for k in _CACHED_KEYS if k in item})
         self.pending.clear()
 
     def _fill(self, item: dict, kind: str, data: torch.Tensor, v: list) -> None:

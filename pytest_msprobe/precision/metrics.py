@@ -2,15 +2,18 @@
 
 Every metric is a pure function of the prepared bench array ``B`` and device array ``D`` (section 1.7).
 The work is done by :func:`float_metrics`, which walks both arrays in chunks of ``CHUNK`` elements and
-accumulates counts, sums and maxima, so a 1e8-element output never needs a full-size float64 copy.
-Cosine similarity needs the maxima first, so it takes a second pass. Each metric is computed in the
+accumulates counts, sums and maxima into chunk-sized scratch arrays, so a 1e8-element output never needs
+a full-size copy. Cosine similarity sums its dot products in the same pass; an output of one chunk (or
+one whose magnitudes could overflow the unscaled squares) takes a second, normalised pass, msprobe's exact
+formula. Each metric is computed in the
 numeric type the spec prescribes and returns the same scalar type msprobe writes (section 6.3): float32
 results stay ``np.float32``, float64 results are ``np.float64`` or Python ``float``, "no data" results
 are the integer ``0``.
 
 Inputs may be numpy arrays (any shape; they are flattened) or any object with ``dtype`` (a numpy
-dtype), ``size`` and ``read(start, stop) -> np.ndarray`` returning a 1-D slice in that dtype (the
-compare layer uses this to convert bfloat16 torch tensors chunk by chunk).
+dtype), ``size`` and ``read(start, stop) -> np.ndarray`` returning a 1-D slice in that dtype, and
+optionally ``read_into(start, stop, out)`` filling a given buffer (the compare layer uses this to convert
+bfloat16 torch tensors chunk by chunk).
 """
 from __future__ import annotations
 
@@ -528,7 +531,9 @@ def cosine_similarity(bench: Any, device: Any, *, agree_nonfinite: bool = False)
 
 def cosine(bench: Any, device: Any) -> float:
     """Plain cosine similarity as a Python float (1.0 for two all-zero or one-element outputs,
-    NaN when an all-zero side or inf/nan makes it undefined)."""
+    NaN when an all-zero side, inf/nan or an empty output makes it undefined)."""
+    if as_source(bench).size == 0:
+        return float("nan")
     res = cosine_similarity(bench, device)
     if res.value is None:
         return 1.0 if res.passed else float("nan")
