@@ -35,7 +35,7 @@ def pytest_runtest_logreport(report):
     path = os.environ.get("MSPROBE_BENCH_TIMES")
     if _controller and path and report.when == "call":
         with open(path, "a") as fh:
-            fh.write(f"{time.monotonic()}\\n")
+            fh.write(f"{time.monotonic()} {time.process_time()}\\n")
 '''
 
 RSS_WRAPPER = '''
@@ -87,9 +87,12 @@ def calls_per_second(workdir: str, dump_json: str, workers: int) -> tuple:
     subprocess.run(cmd, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.monotonic() - t0
     with open(times) as fh:
-        stamps = [float(x) for x in fh.read().split()]
-    span = stamps[-1] - stamps[0]
-    return (len(stamps) - 1) / span if span > 0 else float("inf"), len(stamps), wall
+        pairs = [tuple(float(v) for v in line.split()) for line in fh if line.strip()]
+    span = pairs[-1][0] - pairs[0][0]
+    cpu = pairs[-1][1] - pairs[0][1]          # controller CPU time: the whole run when -n 1
+    rate = (len(pairs) - 1) / span if span > 0 else float("inf")
+    cpu_rate = (len(pairs) - 1) / cpu if cpu > 0 else float("inf")
+    return rate, len(pairs), wall, cpu_rate
 
 
 def peak_rss_mib(workdir: str, dump_json: str) -> float:
@@ -117,8 +120,10 @@ def main() -> int:
           f"10x dump: {count_entries(large)} entries (20 layers)")
     for workers in (1, 2):
         best = max((calls_per_second(workdir, small, workers) for _ in range(args.repeat)), key=lambda r: r[0])
+        extra = f"; {best[3]:.1f} calls per CPU-second of the process" if workers == 1 else ""
         print(f"-n {workers}: {best[0]:.1f} checked calls/s ({best[1]} items; whole run {best[2]:.1f} s "
-              "incl. start-up)")
+              f"incl. start-up{extra})")
+    print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     rss_small = peak_rss_mib(workdir, small)
     rss_large = peak_rss_mib(workdir, large)
     print(f"peak RSS, one worker: {rss_small:.0f} MiB (small dump), {rss_large:.0f} MiB (10x dump), "

@@ -194,30 +194,30 @@ def _key_text(key: Any) -> str:
     raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 
 
+_SCALAR_TEXT = {str: _ESCAPE_ASCII, int: _INT_REPR, float: _float_text, type(None): lambda _: "null",
+                bool: lambda b: "true" if b else "false"}
+
+
 def _encode_into(obj: Any, level: int, out: list) -> None:
-    if isinstance(obj, str):
-        out.append(_ESCAPE_ASCII(obj))
-    elif obj is None:
-        out.append("null")
-    elif obj is True:
-        out.append("true")
-    elif obj is False:
-        out.append("false")
-    elif isinstance(obj, int):
-        out.append(_INT_REPR(obj))
-    elif isinstance(obj, float):
-        out.append(_float_text(obj))
-    elif isinstance(obj, dict):
+    text = _SCALAR_TEXT.get(type(obj))
+    if text is not None:
+        out.append(text(obj))
+        return
+    if isinstance(obj, dict):
         if not obj:
             out.append("{}")
             return
         inner = "\n" + " " * (level + 1)
         sep = "{" + inner
         for key, value in obj.items():
-            out.append(sep)
-            out.append(_ESCAPE_ASCII(_key_text(key)))
-            out.append(": ")
-            _encode_into(value, level + 1, out)
+            text = _SCALAR_TEXT.get(type(value))
+            if type(key) is not str:
+                key = _key_text(key)
+            if text is not None:
+                out.append(f"{sep}{_ESCAPE_ASCII(key)}: {text(value)}")
+            else:
+                out.append(f"{sep}{_ESCAPE_ASCII(key)}: ")
+                _encode_into(value, level + 1, out)
             sep = "," + inner
         out.append("\n" + " " * level + "}")
     elif isinstance(obj, (list, tuple)):
@@ -227,10 +227,22 @@ def _encode_into(obj: Any, level: int, out: list) -> None:
         inner = "\n" + " " * (level + 1)
         sep = "[" + inner
         for value in obj:
-            out.append(sep)
-            _encode_into(value, level + 1, out)
+            text = _SCALAR_TEXT.get(type(value))
+            if text is not None:
+                out.append(sep + text(value))
+            else:
+                out.append(sep)
+                _encode_into(value, level + 1, out)
             sep = "," + inner
         out.append("\n" + " " * level + "]")
+    elif isinstance(obj, bool):
+        out.append("true" if obj else "false")
+    elif isinstance(obj, int):
+        out.append(_INT_REPR(obj))
+    elif isinstance(obj, float):
+        out.append(_float_text(obj))
+    elif isinstance(obj, str):
+        out.append(_ESCAPE_ASCII(obj))
     else:
         raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 

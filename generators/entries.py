@@ -26,6 +26,9 @@ NUMPY_SCALAR_TYPES = frozenset({
 })
 
 
+_NUMBER_TYPES = (int, float, bool)
+
+
 def is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -65,7 +68,7 @@ def check_tensor_item(item: dict, where: str) -> str | None:
         return (f"{where}.dtype {dtype!r} is not a known dtype; expected one of "
                 f"{', '.join(sorted(fmt.TORCH_DTYPES))} or a MindSpore name such as 'Float32'")
     shape = item.get("shape")
-    if not isinstance(shape, list) or not all(is_int(s) and s >= 0 for s in shape):
+    if type(shape) is not list or not all(type(s) is int and s >= 0 for s in shape):  # JSON types are exact
         return f"{where}.shape must be a list of non-negative integers, got {_short(shape)}"
     if len(shape) > MAX_NDIM:
         return f"{where}.shape has {len(shape)} dimensions, more than the {MAX_NDIM} a tensor can have"
@@ -73,7 +76,7 @@ def check_tensor_item(item: dict, where: str) -> str | None:
         return f"{where}.shape {shape} is absurd: {element_count(shape)} elements"
     for key in STAT_NUMBER_KEYS:
         value = item.get(key)
-        if value is not None and not is_number(value):
+        if value is not None and type(value) not in _NUMBER_TYPES:
             return f"{where}.{key} must be a number or null, got {_short(value)}"
     if "requires_grad" in item and not isinstance(item["requires_grad"], bool):
         return f"{where}.requires_grad must be true or false, got {_short(item['requires_grad'])}"

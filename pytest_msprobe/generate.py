@@ -34,6 +34,7 @@ DEFAULT_NAME = "msprobe"
 DEFAULT_SEED = 1234
 DEFAULT_STANDARD = "1.0.4"
 STATUS_CHOICES = ("error", "warning", "pass", "skip")
+SOURCE_SEPARATOR = "::"        # label of a dump in a checker run over several dumps
 IGNORED_ENTRIES = frozenset({"__pycache__", ".pytest_cache"})   # made by running the suite: never "other"
 COMMENT_WIDTH = 88                 # ruff's and black's default line length
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -159,7 +160,7 @@ def _failure_lines(details_csv: str) -> dict:
         text = f"{row[0].lstrip(chr(39))}: {status}" + (f": {reason}" if reason else "")
         if metrics:
             text += f" [{', '.join(metrics)}]"
-        out.setdefault(api_of_output(row[0]), []).append(text)
+        out.setdefault(api_of_output(row[0]).split(SOURCE_SEPARATOR)[-1], []).append(text)
     return out
 
 
@@ -186,7 +187,10 @@ def select_by_result(cases: Sequence[Any], result_csv: str, statuses: Sequence[s
     for row in rows:
         fwd, bwd = row.forward.strip().lower(), row.backward.strip().lower()
         if fwd in wanted or bwd in wanted:
-            picked[row.name] = f"forward {row.forward.strip() or '-'}, backward {row.backward.strip() or '-'}"
+            # a run over several dumps names calls "step0/rank0::Functional.gelu.0"
+            name = row.name.split(SOURCE_SEPARATOR)[-1]
+            verdict = f"forward {row.forward.strip() or '-'}, backward {row.backward.strip() or '-'}"
+            picked.setdefault(name, verdict)
     if not picked:
         raise GenerateError(f"--from-result {result_csv}: no API has status {' or '.join(statuses)} "
                             f"({len(rows)} rows); nothing to generate (widen --status, e.g. error,warning)")
@@ -292,7 +296,7 @@ def _strip_data_names(obj: Any) -> Any:
     return obj
 
 
-def mini_dump(plan: Plan) -> dict:
+def mini_dump(plan: Plan, with_files: bool = True) -> dict:
     """The dump.json of the suite: the selected entries only, in the source dump's order."""
     from generators import jsonsafe
     doc = jsonsafe.load_file(plan.dump_json)
@@ -313,7 +317,7 @@ def mini_dump(plan: Plan) -> dict:
         "task": "statistics" if plan.random else "tensor",
         "level": doc.get("level", "L1"),
         "framework": doc.get("framework", plan.selected[0].case.framework if plan.selected else "pytorch"),
-        "dump_data_dir": None if plan.random else fmt.TENSOR_DIR,
+        "dump_data_dir": fmt.TENSOR_DIR if with_files and not plan.random else None,
         "data": kept,
     }
 
@@ -405,7 +409,7 @@ def write(plan: Plan, files: Sequence[tuple]) -> list:
         shutil.rmtree(data_dir)
     os.makedirs(data_dir)
     written = [f"{plan.name}_data/{fmt.DUMP_JSON}", f"{plan.name}_data/{MANIFEST}"]
-    _write_text(os.path.join(data_dir, fmt.DUMP_JSON), fmt.dumps_json(mini_dump(plan)) + "\n")
+    _write_text(os.path.join(data_dir, fmt.DUMP_JSON), fmt.dumps_json(mini_dump(plan, bool(files))) + "\n")
     checksums = {}
     if files:
         tensor_dir = os.path.join(data_dir, fmt.TENSOR_DIR)

@@ -91,16 +91,17 @@ def backend_for(config: Any) -> tuple:
 def options_for(config: Any, *, random: bool = False, seed: int = DEFAULT_SEED, standard: str | None = None,
                 dump_json: str = "") -> Any:
     """The :class:`~pytest_msprobe.runner.RunOptions` of one generated case: the module's data mode and seed,
-    the run's --msprobe-standard (else the module's), --msprobe-fail-on, --msprobe-max-bytes, error data."""
+    the run's --msprobe-standard (else the module's), --msprobe-fail-on, --msprobe-max-bytes, error data and,
+    for random data, --msprobe-examples and --msprobe-edge-values."""
     sess = _session(config)
     sess.overrides = {}
     opts = sess.run_options(dump_json)
     explicit_standard = getattr(config.option, "msprobe_standard", None)
     explicit_seed = getattr(config.option, "msprobe_seed", None)
-    return dataclasses.replace(opts, random=bool(random) or bool(sess.settings.random),
-                               seed=explicit_seed if explicit_seed is not None else int(seed),
+    rand = bool(random) or bool(sess.settings.random)
+    return dataclasses.replace(opts, random=rand, seed=explicit_seed if explicit_seed is not None else int(seed),
                                standard=explicit_standard or standard or opts.standard,
-                               examples=1, reproduce="")
+                               examples=opts.examples if rand else 1, reproduce="")
 
 
 def get_backend(name: str | None = None, spec: str | None = None) -> Any:

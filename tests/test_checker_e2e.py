@@ -151,7 +151,8 @@ def test_xdist_planted_error_and_killed_worker_then_lf_and_baseline(fp16_project
     res.assert_outcomes(passed=13, failed=2)
     rows = result_rows(p.path)
     assert sorted(rows) == sorted(SAMPLE_APIS)
-    assert [n for n, r in rows.items() if "error" in (r.forward, r.backward)] == ["Torch.relu.0", "Functional.gelu.0"]
+    assert sorted(n for n, r in rows.items() if "error" in (r.forward, r.backward)) == [
+        "Functional.gelu.0", "Torch.relu.0"]
     assert "crashed" in rows["Torch.relu.0"].message and rows["Functional.gelu.0"].message is None
     res = p.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type", "planted", "--lf",
                       "-k", "relu")

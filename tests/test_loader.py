@@ -192,3 +192,13 @@ def test_copy_of_sample_loads_unchanged(data_dir, tmp_path):
     assert len(ds) == 15 and all(c.has_tensor_files for c in ds)
     assert all(c.tensor_dir.startswith(str(tmp_path.resolve())) for c in ds)
     assert fmt.TENSOR_DIR in ds.cases[0].tensor_dir
+
+
+def test_importing_the_loader_imports_no_heavy_framework():
+    import subprocess
+    import sys
+
+    code = ("import sys, generators, generators.loader, generators.inputs; "
+            "print(sorted(m for m in ('torch', 'hypothesis', 'pandas', 'mindspore') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

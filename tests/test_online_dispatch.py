@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from dumpers.online_dispatch import COMPARE_RESULT_HEADER, PtdbgDispatch, seed_all
+from dumpers.online_dispatch import COMPARE_RESULT_HEADER, PtdbgDispatch, seed_all, shutdown_workers
 
 NS = "msprobe_od_test"
 
@@ -196,13 +196,16 @@ def _npy_files(path):
 @pytest.mark.slow
 def test_process_num_gives_identical_results(tmp_path):
     outs = {}
-    for num in (0, 2):
-        x, y = make_batch(torch.bfloat16)
-        out_dir = tmp_path / str(num)
-        out_dir.mkdir()
-        _, fwd, bwd = run_step(make_model(torch.bfloat16, dropout=0.25), x, y, out_dir, dump_mode="all",
-                               process_num=num)
-        outs[num] = (fwd, bwd)
+    try:
+        for num in (0, 2):
+            x, y = make_batch(torch.bfloat16)
+            out_dir = tmp_path / str(num)
+            out_dir.mkdir()
+            _, fwd, bwd = run_step(make_model(torch.bfloat16, dropout=0.25), x, y, out_dir, dump_mode="all",
+                                   process_num=num)
+            outs[num] = (fwd, bwd)
+    finally:
+        shutdown_workers()
     for a, b in zip(outs[0], outs[2]):
         rows_a, rows_b = read_rows(a.csv_path), read_rows(b.csv_path)
         assert len(rows_a) > 30
@@ -332,6 +335,20 @@ def test_override_keys_and_dropout(tmp_path):
     assert float(dropped["Cosine"]) == 1.0        # same generator state: the same mask on the CPU
     with pytest.raises(TypeError, match="bench_overrides key"):
         PtdbgDispatch(dump_path=str(tmp_path), bench_overrides={3: mm_ref})
+
+
+def test_unusual_dtypes_are_compared_and_dumped(tmp_path):
+    with PtdbgDispatch(dump_path=str(tmp_path), dump_mode="all") as od:
+        torch.full((4,), 2.0, dtype=torch.float8_e4m3fn).abs()
+        torch.tensor([1 + 2j, 3 - 1j]) * 2
+        torch.ones(3, dtype=torch.float16).exp()
+    rows = {r["NPU Name"]: r for r in read_rows(od.csv_path)}
+    assert rows["abs_1_output"]["Accuracy Reached or Not"] == "Yes"
+    assert rows["mul_1_output"]["NPU Dtype"] == "torch.complex64"
+    assert rows["exp_1_output"]["NPU Dtype"] == "torch.float32"     # fp16 up-cast, bench in float32
+    assert float(rows["exp_1_output"]["MaxAbsErr"]) > 0              # fp16 rounding is visible
+    assert np.load(f"{od.run_dir}/npu/abs_1_output.npy").dtype == np.float32
+    assert np.load(f"{od.run_dir}/cpu/mul_1_output.npy").dtype == np.complex64
 
 
 def test_public_names_resolve_lazily():

@@ -172,3 +172,35 @@ def test_examples_find_and_shrink_input_dependent_error(pytester, data_dir):
                               "example: random data*args?0?: float32?8, 32?*",
                               "reproduce: pytest --msprobe-api-info *dump.json --msprobe-seed 3 -k "
                               "'Functional.gelu.0' --msprobe-examples 50"])
+
+
+# --- limits -----------------------------------------------------------------------------------------------
+def test_over_budget_entries_skip_with_numbers_and_junitxml(project):
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-max-bytes", "600",
+                            "--junitxml", "junit.xml")
+    o = res.parseoutcomes()
+    assert o.get("skipped", 0) >= 1 and o.get("skipped", 0) + o.get("passed", 0) == 15
+    rows = _rows(project.path)
+    skipped = [r for r in rows.values() if r.forward == "SKIP"]
+    assert skipped and all("over the budget of 600 bytes" in r.message for r in skipped)
+    xml = (project.path / "junit.xml").read_text()
+    assert xml.count("<testcase ") == 15 and 'name="Functional.linear.0"' in xml
+
+
+def test_worker_limit_per_accelerator_device(project):
+    project.makeconftest(PLANTED + '''
+
+class FakeAccelerator(CpuBackend):
+    name = "fakeacc"
+    accelerator = True
+'''.replace("def pytest_msprobe_register_devices(registry):", "def _unused(registry):") + '''
+
+def pytest_msprobe_register_devices(registry):
+    registry.register(Planted())
+    registry.register(FakeAccelerator())
+''')
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type", "fakeacc",
+                            "-n", "9")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*9 workers on 1 fakeacc device(s) is more than 8 per device*"
+                              "--msprobe-max-workers-per-device*"])

@@ -219,6 +219,25 @@ def is_float_tensor(obj: Any) -> bool:
     return isinstance(obj, ms.Tensor) and obj.dtype in _FLOAT_DTYPES
 
 
+def takes_part_in_grad(obj: Any) -> bool:
+    """Can a gradient reach this tensor in the grad computation being recorded?
+
+    True for tensors produced inside it from differentiable inputs and for trainable Parameters; False for
+    data and integer tensors (no hook, no wait).
+    """
+    if not is_float_tensor(obj):
+        return False
+    if getattr(obj, "requires_grad", False):          # a trainable Parameter
+        return True
+    probe = getattr(obj, "_has_auto_grad", None)
+    if probe is None:                                  # a MindSpore without this query: assume it does
+        return True
+    try:
+        return bool(probe())
+    except (RuntimeError, TypeError):
+        return True
+
+
 def identity(tensor: Any) -> Any:
     """A new tensor (a view: no copy) equal to ``tensor``; its gradient is that of this one use of ``tensor``."""
     try:

@@ -21,9 +21,9 @@ from dumpers.mindspore_dump.hooks import (
     PendingBackward,
     PrimitivePatcher,
     identity,
-    is_float_tensor,
     is_inplace,
     recording_grad,
+    takes_part_in_grad,
 )
 from dumpers.mindspore_dump.summary import Summariser
 from dumpers.mindspore_dump.writer import StepWriter
@@ -207,12 +207,12 @@ class DumpService:
             self.busy = False
 
     def _run_with_grad_hooks(self, original: Callable, args: tuple, kwargs: dict, api_call: str) -> Any:
-        """Run the call on identity copies of its float tensor inputs and hook those and the outputs."""
+        """Run the call on views of the inputs gradients can reach; hook those views and the outputs."""
         pending = PendingBackward(api_call, len(args), self._finish_backward)
         call_args = list(args)
         try:
             for i, arg in enumerate(args):
-                if is_float_tensor(arg):
+                if takes_part_in_grad(arg):
                     copy = identity(arg)
                     copy.register_hook(pending.expect(True, i))
                     call_args[i] = copy
@@ -225,12 +225,13 @@ class DumpService:
             return out
         outs = out if isinstance(out, (tuple, list)) else (out,)
         try:
-            if not any(is_float_tensor(o) for o in outs):
+            flowing = [takes_part_in_grad(o) for o in outs]
+            if not any(flowing):
                 pending.finished = True    # no gradient flows out of this call: no backward entry
                 return out
             pending.set_outputs(len(outs))
             for j, o in enumerate(outs):
-                if is_float_tensor(o):
+                if flowing[j]:
                     o.register_hook(pending.expect(False, j))
         except Exception as exc:  # noqa: BLE001 - keep the forward result whatever the hooks did
             log.warning("msprobe: backward entry of %s may be incomplete: %s", api_call, exc)

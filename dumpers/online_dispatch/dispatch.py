@@ -161,16 +161,17 @@ class PtdbgDispatch(TorchDispatchMode):
             return func(*args, **kwargs)
         self.api_index += 1
         n = self.single_api_index[packet] = self.single_api_index.get(packet, 0) + 1
-        stack = self._stack()
         cpu = rng_state = None
-        reason = ops.skip_reason(func, packet, tensors.leaves(args, kwargs), self.skip_ops)
-        if reason is None:
-            try:
+        stack = "[]"
+        try:
+            stack = self._stack()
+            reason = ops.skip_reason(func, packet, tensors.leaves(args, kwargs), self.skip_ops)
+            if reason is None:
                 cpu = tensors.copy_tree((args, kwargs))
                 if ops.is_dropout(packet) and ops.is_random(func, packet):
                     rng_state = torch.get_rng_state()
-            except Exception as err:  # noqa: BLE001 - an uncopyable input makes the op a SKIP
-                reason = f"cannot copy the inputs to the CPU: {type(err).__name__}: {err}"
+        except Exception as err:  # noqa: BLE001 - an input we cannot copy makes the op a SKIP
+            reason = f"cannot copy the inputs to the CPU: {type(err).__name__}: {err}"
         start = time.perf_counter()
         try:
             out = func(*args, **kwargs)        # the device run: the caller's own arguments, result untouched

@@ -104,7 +104,10 @@ def save_array(leaf: Any) -> np.ndarray:
         t = leaf.detach()
         if t.dtype in HALF_TYPES:
             t = t.float()
-        return t.numpy()
+        try:
+            return t.numpy()
+        except TypeError:        # float8 and other dtypes numpy lacks: saved as float32
+            return t.float().numpy()
     return np.asarray(leaf)
 
 
