@@ -82,6 +82,22 @@ def check_tensor_item(item: dict, where: str) -> str | None:
         return f"{where}.requires_grad must be true or false, got {_short(item['requires_grad'])}"
     if "data_name" in item:
         return check_data_name(item["data_name"], where)
+    if "datapath" in item:
+        if not isinstance(item["datapath"], str):
+            return f"{where}.datapath must be a string, got {_short(item['datapath'])}"
+        return check_data_name(tensor_file_name(item), f"{where}.datapath")
+    return None
+
+
+def tensor_file_name(item: dict) -> str | None:
+    """The file holding a tensor item: ``data_name``, or the file-name part of an older dump's ``datapath``
+    (an absolute path on the training machine; only its last component is used, inside the tensor directory)."""
+    name = item.get("data_name")
+    if name is not None:
+        return name
+    path = item.get("datapath")
+    if isinstance(path, str):
+        return path.replace("\\", "/").rsplit("/", 1)[-1]
     return None
 
 

@@ -163,7 +163,7 @@ def _finish(call: _Call, framework: str, dump_json: str, tensor_dir: str | None,
     has_files = False
     if problem is None and forward is not None:
         items = _tensor_items_of(forward, backward)
-        has_files = bool(items) and all("data_name" in item for item in items)
+        has_files = bool(items) and all(entries.tensor_file_name(item) is not None for item in items)
     return ApiCase(name=call.name, prefix=call.prefix, api=call.api, index=call.index, forward=forward,
                    backward=backward, framework=framework, dump_json=dump_json, tensor_dir=tensor_dir,
                    problem=problem, has_tensor_files=has_files,

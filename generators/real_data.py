@@ -5,6 +5,7 @@ import os
 from typing import Any
 
 from dumpers import format as fmt
+from generators.entries import tensor_file_name
 from generators.paths import PathRefused, safe_join
 
 
@@ -13,7 +14,8 @@ class TensorFileError(ValueError):
 
 
 def load_tensor_file(tensor_dir: str, item: dict, *, max_bytes: int, where: str = "") -> Any:
-    """The CPU tensor stored for a tensor item (``data_name`` inside ``tensor_dir``).
+    """The CPU tensor stored for a tensor item (``data_name``, or an old dump's ``datapath`` file name,
+    inside ``tensor_dir``).
 
     ``.pt`` files load with ``torch.load(weights_only=True, map_location="cpu")``, ``.npy`` files with
     ``numpy.load(allow_pickle=False)``; anything else is refused, as are files whose shape differs from the
@@ -25,7 +27,7 @@ def load_tensor_file(tensor_dir: str, item: dict, *, max_bytes: int, where: str 
     import numpy as np
     import torch
 
-    name = item.get("data_name")
+    name = tensor_file_name(item)
     label = f"{where}: " if where else ""
     try:
         path = safe_join(tensor_dir, name)

@@ -1,6 +1,7 @@
 """Real-data mode: inputs decoded from msprobe's tensor files reproduce the dumped outputs."""
 from __future__ import annotations
 
+import json
 import pathlib
 import shutil
 
@@ -119,3 +120,21 @@ def test_real_statistics_match_dump_json(tensor_cases):
             if tensor.is_floating_point():
                 assert tensor.max().item() == pytest.approx(item["Max"], rel=1e-6)
                 assert tensor.min().item() == pytest.approx(item["Min"], rel=1e-6)
+
+
+def test_old_datapath_key_is_reduced_to_a_file_name_inside_the_dump(data_dir, tmp_path):
+    """msprobe 1.0.x wrote an absolute ``datapath``; only its file name is used, inside dump_tensor_data."""
+    shutil.copytree(data_dir.joinpath(*STEP0), tmp_path / "step0")
+    dump = tmp_path / "step0" / "rank" / "dump.json"
+    doc = json.loads(dump.read_text())
+    for key, entry in doc["data"].items():
+        for part in ("input_args", "input", "output"):
+            for item in entry.get(part) or []:
+                if isinstance(item, dict) and "data_name" in item:
+                    item["datapath"] = "/home/someone/dump/step0/rank/dump_tensor_data/" + item.pop("data_name")
+    dump.write_text(json.dumps(doc))
+    case = load_dump(dump).by_name()["Torch.relu.0"]
+    assert case.has_tensor_files
+    inputs = build_inputs(case)
+    assert inputs.mode == "real"
+    assert torch.equal(inputs.args[0], _file(case, "Torch.relu.0.forward.input.0.pt"))

@@ -2,8 +2,9 @@
 
 Each table names attributes of a namespace; names the running MindSpore lacks are skipped. Left out on
 purpose: tensor factories and random-number generators, metadata and conversion methods (``asnumpy``, ``item``,
-``shape``, ``astype``, ``to``), communication functions, sparse (``coo_*``/``csr_*``) ops and graph-building
-helpers. The Tensor table holds the arithmetic dunders, so ``x + y`` is captured as ``Tensor.__add__``.
+``shape``, ``astype``, ``to``), the communication functions ``mindspore.ops`` re-exports (they are recorded
+from ``mindspore.communication.comm_func`` as ``Distributed``), sparse (``coo_*``/``csr_*``) ops and
+graph-building helpers. The Tensor table holds the arithmetic dunders: ``x + y`` is ``Tensor.__add__``.
 """
 from __future__ import annotations
 
@@ -166,12 +167,20 @@ MINT_FUNCTIONAL = (
     "threshold", "threshold_", "threshold_op", "unfold", "upsample",
 )
 
-# prefix -> (module path of the namespace, or "Tensor" for the class, names)
+# collective communication functions (recorded forward only, like msprobe's Distributed entries)
+DISTRIBUTED = (
+    "all_gather_into_tensor", "all_reduce", "all_to_all_single_with_output_shape", "all_to_all_with_output_shape",
+    "barrier", "batch_isend_irecv", "broadcast", "gather_into_tensor", "irecv", "isend", "recv", "reduce",
+    "reduce_scatter_tensor", "scatter_tensor", "send",
+)
+
+# prefix -> (module path of the namespace, or "mindspore.Tensor" for the class, names)
 NAMESPACES = (
     ("Functional", "mindspore.ops", OPS),
     ("Tensor", "mindspore.Tensor", TENSOR),
     ("Mint", "mindspore.mint", MINT),
     ("MintFunctional", "mindspore.mint.nn.functional", MINT_FUNCTIONAL),
+    ("Distributed", "mindspore.communication.comm_func", DISTRIBUTED),
 )
 
 # Functional APIs that write into their first argument (usually a Parameter). Like every name ending in "_", the

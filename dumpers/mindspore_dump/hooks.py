@@ -26,7 +26,10 @@ def resolve_namespace(path: str) -> Any:
 
 
 def is_inplace(prefix: str, name: str) -> bool:
-    """In-place APIs (``add_``, ``__iadd__``, ``__setitem__``, ``ops.assign``) must run on the caller's tensors."""
+    """Calls that must run on the caller's own tensors (no backward entry): in-place APIs (``add_``,
+    ``__iadd__``, ``__setitem__``, ``ops.assign``) and collective communication."""
+    if prefix == "Distributed":
+        return True                   # collectives: forward only
     if name.startswith("__"):
         return name.startswith("__i") or name == "__setitem__"
     return name.endswith("_") or (prefix == "Functional" and name in INPLACE)
@@ -46,7 +49,7 @@ class ApiPatcher:
         for prefix, path, names in NAMESPACES:
             try:
                 owner = resolve_namespace(path)
-            except ImportError:
+            except Exception:  # noqa: BLE001 - a namespace this MindSpore build lacks or cannot load
                 continue
             own = vars(owner)
             for name in names:

@@ -11,6 +11,7 @@ import functools
 import logging
 import os
 import types
+import weakref
 from typing import Any, Callable, Optional
 
 import torch
@@ -102,6 +103,7 @@ class DumpSession:
         self.dir: Optional[str] = None
         self.tensor_dir: Optional[str] = None
         self.dump_data_dir: Optional[str] = None
+        self._saved: dict = {}            # id(tensor) -> (weakref, version, file) of this step's tensor files
         self._scope_on = False
 
     def next_step(self) -> None:
@@ -220,7 +222,7 @@ class DumpSession:
     def _tensor_hook(self, key: str) -> Optional[Callable]:
         if not self.tensor_task:
             return None
-        tdir, writer = self.tensor_dir, self.writer
+        tdir, writer, saved = self.tensor_dir, self.writer, self._saved
 
         def save(t: torch.Tensor, item: dict, path: tuple) -> None:
             name = fmt.data_name(key, path[0], path[1:], ".pt")
@@ -229,8 +231,15 @@ class DumpSession:
             if len(full) > 4096 or len(name) > 255:
                 log.warning("msprobe dump: path too long, tensor file skipped: %s", name)
                 return
+            seen = saved.get(id(t))
+            if seen is not None and seen[0]() is t and seen[1] == t._version:
+                writer.submit(full, None, link_to=seen[2])
+                return
             copy = t.detach().clone(memory_format=torch.contiguous_format)
             writer.submit(full, copy)
+            if len(saved) > 65536:
+                saved.clear()
+            saved[id(t)] = (weakref.ref(t), t._version, full)
         return save
 
     def begin(self, key: str, args: tuple, kwargs: dict, skip_code: Any = None) -> Pending:

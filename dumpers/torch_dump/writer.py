@@ -4,6 +4,11 @@ The queue is bounded by bytes, so a slow disk throttles training instead of fill
 training thread waits only when the budget is used up. Each file is written to a temporary name and
 renamed, so a killed process leaves whole files or none. The first error (full disk, permissions) is
 kept and reported once; later tensors are dropped rather than crashing the training run.
+
+Files are written with ``torch.save``'s non-zip format: ``torch.load`` (``weights_only=True``
+included) reads it, and it costs a third of the zip writer's time per file, which dominates a tensor
+dump. The same tensor seen again unchanged (one call's output is the next call's input) becomes a
+hard link to the first file instead of a second copy.
 """
 from __future__ import annotations
 
@@ -37,16 +42,19 @@ class TensorWriter:
         self._thread = threading.Thread(target=self._run, name="msprobe-tensor-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, path: str, tensor: torch.Tensor) -> None:
-        """Queue ``tensor`` (already a private copy) for ``path``; blocks only while the budget is full."""
-        nbytes = tensor.numel() * tensor.element_size()
+    def submit(self, path: str, tensor: Optional[torch.Tensor], link_to: Optional[str] = None) -> None:
+        """Queue ``tensor`` (already a private copy) for ``path``, or a hard link of ``link_to``.
+
+        Blocks only while the byte budget is full.
+        """
+        nbytes = 0 if tensor is None else tensor.numel() * tensor.element_size()
         with self._cond:
             if self.error is not None or self._closed:
                 self.dropped += 1
                 return
             while self._pending_bytes and self._pending_bytes + nbytes > self.budget and self.error is None:
                 self._cond.wait()
-            self._queue.append((path, tensor, nbytes))
+            self._queue.append((path, tensor, nbytes, link_to))
             self._pending_bytes += nbytes
             self._cond.notify_all()
 
@@ -57,10 +65,13 @@ class TensorWriter:
                     self._cond.wait()
                 if not self._queue and self._closed:
                     return
-                path, tensor, nbytes = self._queue[0]
+                path, tensor, nbytes, link_to = self._queue[0]
             try:
                 if self.error is None:
-                    self._save(path, tensor)
+                    if link_to is not None:
+                        self._link(link_to, path)
+                    else:
+                        self._save(path, tensor)
                     self.written += 1
                 else:
                     self.dropped += 1
@@ -76,8 +87,20 @@ class TensorWriter:
     @staticmethod
     def _save(path: str, tensor: torch.Tensor) -> None:
         tmp = f"{path}.tmp{os.getpid()}"
-        torch.save(tensor, tmp)
+        torch.save(tensor, tmp, _use_new_zipfile_serialization=False)
         os.chmod(tmp, fmt.FILE_MODE)
+        os.replace(tmp, path)
+
+    @staticmethod
+    def _link(source: str, path: str) -> None:
+        tmp = f"{path}.tmp{os.getpid()}"
+        try:
+            os.link(source, tmp)
+        except OSError:               # file systems without hard links: copy the bytes
+            import shutil
+
+            shutil.copyfile(source, tmp)
+            os.chmod(tmp, fmt.FILE_MODE)
         os.replace(tmp, path)
 
     def flush(self, timeout: Optional[float] = None) -> bool:
