@@ -67,10 +67,17 @@ def run(args: Any) -> int:
         return 2
     tensors = sum(1 for w in written if "/dump_tensor_data/" in w)
     module = next(w for w in written if w.startswith("test_"))
-    print(f"wrote {os.path.join(args.output, module)} and {args.name}_data/ "
-          f"({tensors} tensor file{'s' if tensors != 1 else ''})")
+    calls = _count_calls(os.path.join(args.output, f"{args.name}_data", "generated.json"))
+    print(f"wrote {os.path.join(args.output, module)} ({calls} call{'s' if calls != 1 else ''}) and "
+          f"{args.name}_data/ ({tensors} tensor file{'s' if tensors != 1 else ''})")
     for w in written:
         if w.startswith("reproduce_"):
             print(f"wrote {os.path.join(args.output, w)}")
     print(f"run it: pytest {args.output}")
     return 0
+
+
+def _count_calls(manifest: str) -> int:
+    import json
+    with open(manifest, encoding="utf-8") as fh:
+        return len(json.load(fh).get("calls", []))

@@ -54,8 +54,9 @@ class ApiItem(pytest.Item):
     def runtest(self) -> None:
         sess = self.config.stash[SESSION_KEY]
         if self.skip_reason:
-            from .runner import skip_result
-            result = skip_result(self.name, self.skip_reason)
+            from .runner import data_mode, skip_result
+            result = skip_result(self.name, self.skip_reason,
+                                 data_mode=data_mode(self.case, sess.run_options(str(self.path))))
         else:
             result = sess.run(self.case, str(self.path))
         self.result = result

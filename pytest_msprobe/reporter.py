@@ -56,12 +56,9 @@ class ResumePlan:
         else:
             ts = acc_csv.new_timestamp()
             result, details = acc_csv.csv_paths(settings.out_dir, ts)
-            n = 1
-            while os.path.exists(result):          # two runs within one second
-                result, details = acc_csv.csv_paths(settings.out_dir, f"{ts}")
-                result = result.replace(".csv", f"_{n}.csv")
-                details = details.replace(".csv", f"_{n}.csv")
-                n += 1
+            while os.path.exists(result) or os.path.exists(details):   # two runs within one second
+                ts = _next_second(ts)
+                result, details = acc_csv.csv_paths(settings.out_dir, ts)
             done = set()
             resumed = False
         if cache is not None:
@@ -71,6 +68,13 @@ class ResumePlan:
             if not lf and not settings.result_csv:
                 _forget_last_failed(config, dump_files)
         return cls(os.path.abspath(result), os.path.abspath(details), ts, done, resumed)
+
+
+def _next_second(ts: str) -> str:
+    """``YYYYmmddHHMMSS`` one second later (file names keep msprobe's pattern)."""
+    import datetime
+    t = datetime.datetime.strptime(ts, "%Y%m%d%H%M%S") + datetime.timedelta(seconds=1)
+    return t.strftime("%Y%m%d%H%M%S")
 
 
 def _forget_last_failed(config: Any, dump_files: list) -> None:

@@ -218,5 +218,5 @@ def test_cli_reports_errors_and_success(dump, tmp_path, capsys):
     assert cli.main(["generate", str(dump), "-o", str(tmp_path / "out"), "--api", "gelu", "--name", "gelu",
                      "--script", "Functional.gelu.0"]) == 0
     out = capsys.readouterr().out
-    assert "test_gelu.py and gelu_data/ (2 tensor files)" in out and "reproduce_Functional_gelu_0.py" in out
+    assert "test_gelu.py (1 call) and gelu_data/ (2 tensor files)" in out and "reproduce_Functional_gelu_0.py" in out
     assert cli.main(["generate", str(dump), "-o", str(tmp_path / "x"), "--random", "--seed", "-1"]) == 2

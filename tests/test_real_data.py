@@ -127,7 +127,7 @@ def test_old_datapath_key_is_reduced_to_a_file_name_inside_the_dump(data_dir, tm
     shutil.copytree(data_dir.joinpath(*STEP0), tmp_path / "step0")
     dump = tmp_path / "step0" / "rank" / "dump.json"
     doc = json.loads(dump.read_text())
-    for key, entry in doc["data"].items():
+    for entry in doc["data"].values():
         for part in ("input_args", "input", "output"):
             for item in entry.get(part) or []:
                 if isinstance(item, dict) and "data_name" in item:
