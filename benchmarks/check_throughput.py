@@ -110,6 +110,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per measurement; the best is printed")
     args = ap.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="msprobe_bench_")
+    os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "conftest.py"), "w") as fh:
         fh.write(TIMING_CONFTEST)
     with open(os.path.join(workdir, "pytest.ini"), "w") as fh:

@@ -194,8 +194,21 @@ def _key_text(key: Any) -> str:
     raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 
 
-_SCALAR_TEXT = {str: _ESCAPE_ASCII, int: _INT_REPR, float: _float_text, type(None): lambda _: "null",
+def _float_fast(x: float) -> str:
+    return _FLOAT_REPR(x) if x - x == 0.0 else _float_text(x)
+
+
+_SCALAR_TEXT = {str: _ESCAPE_ASCII, int: _INT_REPR, float: _float_fast, type(None): lambda _: "null",
                 bool: lambda b: "true" if b else "false"}
+
+
+def _int_list(values: list, level: int) -> Any:
+    """Text of a list of plain ints (a tensor shape), or None."""
+    for v in values:
+        if type(v) is not int:
+            return None
+    inner = "\n" + " " * (level + 1)
+    return "[" + inner + ("," + inner).join(map(_INT_REPR, values)) + "\n" + " " * level + "]"
 
 
 def _encode_into(obj: Any, level: int, out: list) -> None:
@@ -210,11 +223,14 @@ def _encode_into(obj: Any, level: int, out: list) -> None:
         inner = "\n" + " " * (level + 1)
         sep = "{" + inner
         for key, value in obj.items():
-            text = _SCALAR_TEXT.get(type(value))
             if type(key) is not str:
                 key = _key_text(key)
+            vt = type(value)
+            text = _SCALAR_TEXT.get(vt)
             if text is not None:
                 out.append(f"{sep}{_ESCAPE_ASCII(key)}: {text(value)}")
+            elif vt is list and value and (shape := _int_list(value, level + 1)) is not None:
+                out.append(f"{sep}{_ESCAPE_ASCII(key)}: {shape}")
             else:
                 out.append(f"{sep}{_ESCAPE_ASCII(key)}: ")
                 _encode_into(value, level + 1, out)

@@ -26,7 +26,19 @@ from typing import Any, Optional
 from dumpers import format as fmt
 
 
+try:                                        # one C encoder, reused: json.dumps builds a new one per call
+    _ENCODE = json.encoder.c_make_encoder(None, None, json.encoder.encode_basestring_ascii, None, ":", ",",
+                                          False, False, True)
+except (AttributeError, TypeError):         # pragma: no cover - interpreters without the C accelerator
+    _ENCODE = None
+
+
 def _line(record: dict) -> bytes:
+    if _ENCODE is not None:
+        try:
+            return ("".join(_ENCODE(record, 0)) + "\n").encode("ascii")
+        except (TypeError, ValueError):
+            pass
     return (json.dumps(record, separators=(",", ":"), ensure_ascii=True, allow_nan=True) + "\n").encode("ascii")
 
 

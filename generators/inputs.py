@@ -18,12 +18,13 @@ from generators.dtypes import info
 from generators.index_rules import index_bound
 from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate
 from generators.real_data import TensorFileError, load_tensor_file
-from generators.values import decode_value
+from generators.values import ValueDecodeError, decode_value
 
 # base API name -> dtype swaps applied before generating / after loading (precision spec 7.5)
 DTYPE_SWAPS = {"cross_entropy": {"int32": "int64"}}
 HF32_APIS = frozenset({"conv1d", "conv2d"})      # fp32 inputs rounded to HF32 (precision spec 7.5)
 DROPPED_KWARGS = ("device",)                     # deleted before execution (precision spec 1.1)
+SUMMARY_TENSORS = 8                              # tensors described in Inputs.summary
 
 
 class InputError(Exception):
@@ -142,6 +143,12 @@ def _random_tensor(case: Any, label: str, path: tuple, item: dict, seed: int, pa
     return tensor, describe(array, spec)
 
 
+def _join(head: str, lines: list) -> str:
+    shown = lines[:SUMMARY_TENSORS]
+    more = f"; ... {len(lines) - len(shown)} more tensors" if len(lines) > len(shown) else ""
+    return "; ".join([head, *shown]) + more
+
+
 def _knobs(params: GenParams) -> str:
     """The generation knobs that differ from the defaults, as replay needs them (empty for plain runs)."""
     parts = []
@@ -208,9 +215,13 @@ def build_inputs(case: Any, *, random: bool = False, seed: int = 0, max_bytes: i
         return _make
 
     forward = case.forward or {}
-    args = decode_value(forward.get("input_args") or [], make("args"))
-    kwargs_raw = forward.get("input_kwargs") or {}
-    kwargs = {k: decode_value(v, make("kwargs"), (k,)) for k, v in kwargs_raw.items() if k not in DROPPED_KWARGS}
+    try:
+        args = decode_value(forward.get("input_args") or [], make("args"))
+        kwargs_raw = forward.get("input_kwargs") or {}
+        kwargs = {k: decode_value(v, make("kwargs"), (k,)) for k, v in kwargs_raw.items()
+                  if k not in DROPPED_KWARGS}
+    except ValueDecodeError as exc:
+        raise InputError(f"{case.name}: {exc}") from None
     grad_output = None
     grad = _grad_item(case)
     if grad is not None:
@@ -218,7 +229,7 @@ def build_inputs(case: Any, *, random: bool = False, seed: int = 0, max_bytes: i
     mode = "real" if real else "random"
     head = f"{mode} data" if real else f"random data, seed {seed}{_knobs(params)}"
     return Inputs(args=args, kwargs=kwargs, grad_output=grad_output, mode=mode,
-                  seed=None if real else seed, summary=f"{head}; " + "; ".join(lines),
+                  seed=None if real else seed, summary=_join(head, lines),
                   params=None if real else params)
 
 

@@ -26,6 +26,10 @@ if hasattr(np, "clongdouble"):
     NUMPY_TYPES["complex256"] = np.clongdouble
 
 
+class ValueDecodeError(ValueError):
+    """A non-tensor argument whose recorded value does not fit its type (e.g. int8 holding 1000)."""
+
+
 def decode_value(obj: Any, make_tensor: Callable[[tuple, dict], Any], path: tuple = ()) -> Any:
     """Decode one argument structure; tensor items are built by ``make_tensor(path, item)``."""
     import torch
@@ -41,16 +45,32 @@ def decode_value(obj: Any, make_tensor: Callable[[tuple, dict], Any], path: tupl
     if "type" not in obj:
         return {k: decode_value(v, make_tensor, (*path, k)) for k, v in obj.items()}
     kind, value = obj.get("type"), obj.get("value")
+    try:
+        return _decode_typed(torch, kind, value)
+    except (ValueError, TypeError, OverflowError, RuntimeError, KeyError) as exc:
+        where = "".join(f"[{p}]" for p in path)
+        raise ValueDecodeError(f"argument{where} {{'type': {kind!r}, 'value': {value!r}}} cannot be decoded: "
+                               f"{exc}") from None
+
+
+def _decode_typed(torch: Any, kind: Any, value: Any) -> Any:
     if kind == "slice":
         return slice(*value)
     if kind == "ellipsis":
         return ...
     if kind == "torch.Size":
+        if any(not 0 <= v < 2 ** 63 for v in value):
+            raise OverflowError("a size must lie in [0, 2**63)")
         return torch.Size(value)
     if kind == "torch.dtype":
         return getattr(torch, fmt.TORCH_DTYPES[value])
     if kind == "torch.device":
-        return dict(obj)
+        return {"type": kind, "value": value}
     if kind in NUMPY_TYPES:
-        return NUMPY_TYPES[kind](value)
+        scalar_type = NUMPY_TYPES[kind]
+        if np.issubdtype(scalar_type, np.integer):
+            limits = np.iinfo(scalar_type)
+            if not isinstance(value, int) or not limits.min <= value <= limits.max:
+                raise OverflowError(f"{value!r} is not an integer in [{limits.min}, {limits.max}]")
+        return scalar_type(value)
     return value

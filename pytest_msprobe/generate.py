@@ -67,6 +67,21 @@ class Plan:
     scripts: list
     result_csv: str | None = None
     label: str = ""               # the dump's last path components, for comments (never absolute)
+    apis: list = field(default_factory=list)
+    statuses: list = field(default_factory=list)
+
+    def command(self) -> str:
+        """The generate command line that made the suite, without absolute paths (for its docstring)."""
+        words = ["pytest-msprobe generate", f".../{self.label}", "-o DIR", f"--name {self.name}"]
+        words += [f"--api '{p}'" for p in self.apis]
+        if self.result_csv:
+            words += [f"--from-result .../{os.path.basename(self.result_csv)}", f"--status {','.join(self.statuses)}"]
+        if self.random:
+            words += ["--random", f"--seed {self.seed}"]
+        if self.standard != DEFAULT_STANDARD:
+            words.append(f"--standard {self.standard}")
+        words += [f"--script {c}" for c in self.scripts]
+        return " ".join(words)
 
 
 # --- selection ----------------------------------------------------------------------------------------
@@ -274,7 +289,7 @@ def check_out_dir(out_dir: str, name: str, force: bool) -> None:
     others = []
     for entry in sorted(os.listdir(out_dir)):
         path = os.path.join(out_dir, entry)
-        if entry in IGNORED_ENTRIES:
+        if entry in IGNORED_ENTRIES or entry == f".{name}_data.partial":   # left by an interrupted run
             continue
         if entry.endswith(".py") and _is_generated_file(path):
             continue
@@ -397,38 +412,48 @@ def make_plan(dump: str, out_dir: str, *, apis: Sequence[str] = (), from_result:
     parts = os.path.abspath(dump_json).split(os.sep)
     label = "/".join(parts[-3:])
     return Plan(dump_json=dump_json, name=name, out_dir=out_dir, random=random, seed=seed, standard=standard,
-                selected=selected, scripts=list(dict.fromkeys(scripts)), result_csv=from_result, label=label)
+                selected=selected, scripts=list(dict.fromkeys(scripts)), result_csv=from_result, label=label,
+                apis=list(apis), statuses=list(parse_statuses(statuses)) if from_result else [])
 
 
 def write(plan: Plan, files: Sequence[tuple]) -> list:
-    """Write the data directory, the test module and the scripts of ``plan``; returns relative paths."""
+    """Write the data directory, the test module and the scripts of ``plan``; returns relative paths.
+
+    All text is made before anything is written, and the data directory is built beside its final place and
+    then swapped in, so a failure leaves the previous suite as it was.
+    """
     from . import generate_code
+    module = f"test_{plan.name}.py"
+    sources = {module: generate_code.test_module(plan)}
+    sources.update((script_name(call), generate_code.script(plan, call)) for call in plan.scripts)
+    dump_text = fmt.dumps_json(mini_dump(plan, bool(files))) + "\n"
+
     os.makedirs(plan.out_dir, exist_ok=True)
     data_dir = os.path.join(plan.out_dir, f"{plan.name}_data")
-    if os.path.isdir(data_dir):
-        shutil.rmtree(data_dir)
-    os.makedirs(data_dir)
+    staging = os.path.join(plan.out_dir, f".{plan.name}_data.partial")
+    if os.path.isdir(staging):
+        shutil.rmtree(staging)
+    os.makedirs(staging)
     written = [f"{plan.name}_data/{fmt.DUMP_JSON}", f"{plan.name}_data/{MANIFEST}"]
-    _write_text(os.path.join(data_dir, fmt.DUMP_JSON), fmt.dumps_json(mini_dump(plan, bool(files))) + "\n")
+    _write_text(os.path.join(staging, fmt.DUMP_JSON), dump_text)
     checksums = {}
     if files:
-        tensor_dir = os.path.join(data_dir, fmt.TENSOR_DIR)
-        os.makedirs(tensor_dir)
+        os.makedirs(os.path.join(staging, fmt.TENSOR_DIR))
         for src, data_name in files:
-            shutil.copyfile(src, os.path.join(tensor_dir, data_name))
-            checksums[data_name] = _sha256(src)
+            dst = os.path.join(staging, fmt.TENSOR_DIR, data_name)
+            shutil.copyfile(src, dst)
+            checksums[data_name] = _sha256(dst)
             written.append(f"{plan.name}_data/{fmt.TENSOR_DIR}/{data_name}")
     manifest = {"generator": GENERATOR, "format": 1, "mode": "random" if plan.random else "real",
                 "seed": plan.seed, "standard": plan.standard, "source": plan.label,
                 "calls": [s.case.call_name for s in plan.selected], "tensor_files": checksums}
-    _write_text(os.path.join(data_dir, MANIFEST), fmt.dumps_json(manifest) + "\n")
-    module = f"test_{plan.name}.py"
-    _write_text(os.path.join(plan.out_dir, module), generate_code.test_module(plan))
-    written.append(module)
-    for call in plan.scripts:
-        script = script_name(call)
-        _write_text(os.path.join(plan.out_dir, script), generate_code.script(plan, call))
-        written.append(script)
+    _write_text(os.path.join(staging, MANIFEST), fmt.dumps_json(manifest) + "\n")
+    if os.path.isdir(data_dir):
+        shutil.rmtree(data_dir)
+    os.replace(staging, data_dir)
+    for name, text in sources.items():
+        _write_text(os.path.join(plan.out_dir, name), text)
+        written.append(name)
     return sorted(written)
 
 

@@ -100,23 +100,32 @@ def case_comment(sel: Selected, plan: Plan, indent: str) -> list:
     return lines
 
 
+def _doc_safe(text: str) -> str:
+    """Text that cannot end or escape inside a docstring (paths come from the user's file system)."""
+    return text.replace("\\", "/").replace('"', "'")
+
+
+def _paragraph(text: str) -> list:
+    return [ln[2:] for ln in comment_lines(_doc_safe(text), "", first="  ", rest="  ")]
+
+
 def _docstring_lines(plan: Plan) -> list:
     mode = f"random data, seed {plan.seed}" if plan.random else "real data"
     n = len(plan.selected)
     lines = [f'"""Regression tests of {n} captured API call{"s" if n != 1 else ""} ({mode}).', ""]
-    lines += [ln[2:] for ln in comment_lines(f"Captured in {plan.label}.", "", first="  ", rest="  ")]
-    body = ("Each case replays one captured call on the device under test and on the CPU bench (raised precision) "
-            "and judges outputs and gradients with the precision standard, as `pytest --msprobe-api-info` does. "
-            "Run with `pytest DIR` (add -n, --lf, -k as usual); choose the device with --msprobe-device-type "
-            f"(cpu, cuda, npu or a registered backend). The inputs live in {plan.name}_data/, so the "
-            "original dump is not needed.")
-    lines += [ln[2:] for ln in comment_lines(body, "", first="  ", rest="  ")]
+    lines += _paragraph(
+        "Each case replays one captured call on the device under test and on the CPU bench (raised precision) "
+        "and judges outputs and gradients with the precision standard, as `pytest --msprobe-api-info` does. "
+        "Run with `pytest DIR` (add -n, --lf, -k as usual); choose the device with --msprobe-device-type "
+        f"(cpu, cuda, npu or a registered backend). The inputs live in {plan.name}_data/, so the "
+        "original dump is not needed.")
     if plan.result_csv:
         lines.append("")
-        lines += [ln[2:] for ln in comment_lines(
-            "Selected from a checker result CSV; the comment above each case shows its recorded verdict.",
-            "", first="  ", rest="  ")]
-    lines += ["", "Regenerate instead of editing: pytest-msprobe generate (see docs/generate.md).", '"""']
+        lines += _paragraph("Selected from a checker result CSV; the comment above each case shows its "
+                            "recorded verdict.")
+    lines.append("")
+    lines += _paragraph(f"Made with: {plan.command()}")
+    lines += ["Regenerate instead of editing (see docs/generate.md).", '"""']
     return lines
 
 

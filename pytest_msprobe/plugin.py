@@ -72,6 +72,7 @@ def pytest_configure(config: Any) -> None:
     sess.timestamp = plan.timestamp
     reporter = CsvReporter(config, settings, plan)
     reporter.dump_files = sess.dump_files
+    reporter.device = sess.backend_name() + (f" {settings.devices}" if settings.devices else "")
     config.stash[REPORTER_KEY] = reporter
     config.pluginmanager.register(reporter, REPORTER_NAME)
 

@@ -111,6 +111,7 @@ class CsvReporter:
         self.failing = 0
         self.apc_summary: list = []
         self.dump_files: set = set()          # real paths, set by the plugin
+        self.device = ""                      # backend name (and ids), set by the plugin
 
     # --- files ------------------------------------------------------------------------------------------
     def prepare(self, selected: set | None) -> None:
@@ -188,7 +189,7 @@ class CsvReporter:
 
     def summary_lines(self) -> list:
         s = self.settings
-        lines = [(f"APIs checked: {len(self.written)} (this run); device {s.device_type or 'default'}; "
+        lines = [(f"APIs checked: {len(self.written)} (this run); device {self.device or s.device_type or 'default'}; "
                  f"standard {s.standard}; seed {s.seed}")]
         if self.plan.resumed:
             lines.append(f"resumed: {len(self.plan.done)} APIs kept from the earlier run")

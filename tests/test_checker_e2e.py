@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import glob
 import io
+import json
 import os
 import shutil
 
@@ -194,9 +195,9 @@ def test_sigkill_mid_run_then_lf_completes_the_csv(project, monkeypatch):
 def test_timeout_is_an_error_and_the_run_goes_on(project, monkeypatch):
     monkeypatch.setenv("PLANT_API", "gelu")
     monkeypatch.setenv("PLANT_ACTION", "sleep")
-    monkeypatch.setenv("PLANT_SLEEP", "6")
+    monkeypatch.setenv("PLANT_SLEEP", "20")
     res = project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type", "planted",
-                            "--msprobe-timeout", "2")
+                            "--msprobe-timeout", "4")
     res.assert_outcomes(passed=14, failed=1)
     rows = result_rows(project.path)
     assert rows["Functional.gelu.0"].forward == "error" and "timeout" in rows["Functional.gelu.0"].message
@@ -270,3 +271,34 @@ def test_statistics_dump_runs_in_random_mode_reproducibly(pytester, data_dir):
         outs.append([r[1:] for r in acc_csv.read_details_csv(det)[1]])
         assert all(r[-1] == "random_data" for r in outs[-1])
     assert outs[0] == outs[1]
+
+
+def test_malformed_entries_skip_with_reason_and_nothing_crashes(project):
+    dump = project.path / "dump" / "dump.json"
+    doc = json.loads(dump.read_text())
+    data = doc["data"]
+    base = data["Torch.relu.0.forward"]
+
+    def variant(mutate):
+        entry = json.loads(json.dumps(base))
+        mutate(entry["input_args"][0])
+        return entry
+
+    data["Torch.relu.10.forward"] = variant(lambda a: a.update(shape="eight"))
+    data["Torch.relu.11.forward"] = variant(lambda a: a.update(dtype="torch.float99"))
+    data["Torch.relu.12.forward"] = variant(lambda a: a.update(shape=[-8, 32]))
+    data["Torch.relu.13.forward"] = variant(lambda a: a.update(data_name="../../../etc/passwd"))
+    data["Torch.relu.14.forward"] = variant(lambda a: a.update(shape=[10 ** 6, 10 ** 6], data_name=None))
+    data["Torch.relu.15.backward"] = {"input": [None], "output": [None]}          # backward without forward
+    data["Distributed.all_reduce.0.forward"] = variant(lambda a: None)
+    dump.write_text(json.dumps(doc))
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json")
+    assert res.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), res.ret
+    assert "INTERNALERROR" not in res.stdout.str() + res.stderr.str()
+    rows = result_rows(project.path)
+    extra = ["Torch.relu.10", "Torch.relu.11", "Torch.relu.12", "Torch.relu.13", "Torch.relu.14", "Torch.relu.15",
+             "Distributed.all_reduce.0"]
+    assert sorted(rows) == sorted(SAMPLE_APIS + extra)
+    for name in extra:
+        assert rows[name].forward == "SKIP" and rows[name].message.strip(), (name, rows[name])
+    assert all(rows[n].forward == "pass" for n in SAMPLE_APIS)

@@ -86,7 +86,9 @@ def test_generated_module_reads_well_and_passes_ruff(dump, tmp_path):
         "#   backward with grad float32[8,32]; standard 1.0.4: ulp" in notes
     assert "# Tensor.add_.0: add_(float32[32,16], float32[32,16], alpha=-0.1) -> float32[32,16]" in notes
     assert "# Functional.layer_norm.0: layer_norm(float32[8,32], [32], float32[32], float32[32], 1e-05)" in notes
-    assert "Captured in step0/rank/dump.json." in text        # the dump's last path parts, never absolute
+    doc = " ".join(text.split('"""')[1].split())
+    assert "Made with: pytest-msprobe generate .../step0/rank/dump.json -o DIR --name msprobe --script " \
+        "Functional.layer_norm.0 Regenerate" in doc      # the dump's last path parts, never absolute
     assert str(tmp_path) not in text
     script = out / script_name("Functional.layer_norm.0")
     assert script.name == "reproduce_Functional_layer_norm_0.py" and "CALL = \"Functional.layer_norm.0\"" in \

@@ -173,7 +173,7 @@ def test_layout_and_names(runs, name):
         assert doc["data"], f"{name} step{step}: empty dump"
         for key in doc["data"]:
             parsed = fmt.parse_entry_key(key)
-            if parsed.kind == "module":
+            if parsed.kind in ("module", "parameters_grad"):
                 assert parsed.prefix == "Cell"
             else:
                 assert parsed.prefix in fmt.MINDSPORE_API_PREFIXES, key
@@ -199,6 +199,15 @@ def test_l1_without_model_has_no_primitives(runs):
     keys = list(load(runs["l1_model"][0])["data"])
     assert "Functional.tanh.0.forward" in keys and "Functional.tanh.0.backward" in keys
     assert not any(k.startswith("Primitive.") for k in keys)
+
+
+def test_mix_parameter_gradients_match_ms_grad(runs):
+    dump_path, (_, grads, _) = runs["mix_tensor"]
+    doc = load(dump_path)
+    entry = doc["data"]["Cell.fc.Dense.parameters_grad.0"]
+    arr = np.load(os.path.join(doc["dump_data_dir"], entry["weight"][0]["data_name"]))
+    assert np.array_equal(arr, grads["fc.weight"])
+    assert load(dump_path, name=fmt.CONSTRUCT_JSON)["Cell.fc.Dense.parameters_grad.0"] is None
 
 
 def test_backward_gradients_are_this_calls_gradients(runs):
@@ -269,6 +278,8 @@ def test_l0_cells_forward_backward_and_parameters(runs):
     assert fc["output"][0]["shape"] == [4, 3]
     bwd = data["Cell.fc.Dense.backward.0"]
     assert bwd["input"][0]["shape"] == [4, 3] and bwd["output"][0]["shape"] == [4, 32]
+    pgrad = data["Cell.fc.Dense.parameters_grad.0"]
+    assert {k: v[0]["shape"] for k, v in pgrad.items()} == {"weight": [3, 32], "bias": [3]}
     assert not any(k.startswith(("Functional.", "Primitive.", "Tensor.")) for k in data)
 
 
@@ -533,3 +544,54 @@ def test_cell_scope_range(ms, tmp_path):
                           "Cell.flat.Flatten.forward.0"]
     construct = load(str(tmp_path / "d"), name=fmt.CONSTRUCT_JSON)
     assert "Cell.conv.Conv2d.forward.0" in construct          # every name seen, in scope or not
+
+
+def test_empty_kernel_dump_is_reported(ms, tmp_path, caplog):
+    """PyNative L2 dumps only jit-compiled code: an empty kernel dump is said, not silent."""
+    from pytest_msprobe.mindspore import PrecisionDebugger
+    dbg = PrecisionDebugger(write_config(tmp_path / "c.json", tmp_path / "k", task="tensor", level="L2"))
+    dbg.kernel_config = str(tmp_path / "k" / "kernel_kbyk_dump.json")   # as start() leaves it, without the env
+    with caplog.at_level("WARNING", logger="pytest_msprobe.mindspore"):
+        dbg.stop()
+        dbg.step()
+    assert dbg.check_kernel_dump() == 0
+    assert sum("kernel dump" in r.getMessage() and "empty" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_mint_calls_with_list_arguments_under_grad(ms, tmp_path):
+    import mindspore.mint.nn.functional as F
+    from mindspore import mint
+
+    from pytest_msprobe.mindspore import PrecisionDebugger
+    rs = np.random.RandomState(1)
+    w = ms.Parameter(ms.Tensor(rs.randn(8, 4).astype(np.float32)), name="w")
+    b = ms.Parameter(ms.Tensor(rs.randn(8).astype(np.float32)), name="b")
+    x = ms.Tensor(rs.randn(3, 4).astype(np.float32))
+
+    def f(x):
+        h = F.relu(F.linear(x, w, b))
+        h = mint.cat([h, h * 0.5], dim=1)
+        return mint.mean(F.softmax(h, dim=-1) ** 2) + h[0, 1:3].sum()
+
+    grad = ms.grad(f, None, [w, b])
+    bare = [g.asnumpy() for g in grad(x)]
+    dbg = PrecisionDebugger(write_config(tmp_path / "c.json", tmp_path / "d", task="tensor"))
+    try:
+        dbg.start()
+        dumped = [g.asnumpy() for g in grad(x)]
+        dbg.stop()
+    finally:
+        dbg.close()
+    assert all(np.array_equal(a, c) for a, c in zip(bare, dumped))
+    doc = load(str(tmp_path / "d"))
+    data = doc["data"]
+    for key in ("MintFunctional.linear.0", "MintFunctional.relu.0", "Mint.cat.0", "Mint.mean.0",
+                "MintFunctional.softmax.0", "Tensor.__getitem__.0", "Tensor.__pow__.0"):
+        assert f"{key}.forward" in data and f"{key}.backward" in data
+    cat_grads = data["Mint.cat.0.backward"]["output"][0]          # one gradient per tensor of the list
+    assert [g["shape"] for g in cat_grads] == [[3, 8], [3, 8]]
+    assert cat_grads[1]["data_name"] == "Mint.cat.0.backward.output.0.1.npy"
+    lin = data["MintFunctional.linear.0.backward"]["output"]      # x (data: no gradient), w, b
+    assert lin[0] is None and lin[1]["shape"] == [8, 4] and lin[2]["shape"] == [8]
+    w_grad = np.load(os.path.join(doc["dump_data_dir"], lin[1]["data_name"]))
+    assert np.array_equal(w_grad, bare[0])                          # the call's own gradient of w

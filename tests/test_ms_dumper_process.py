@@ -95,11 +95,12 @@ def test_graph_mode_kernel_dump(tmp_path):
         ms.set_seed(0)
         net = nn.Dense(4, 2)
         out = net(ms.Tensor(np.ones((3, 4), np.float32)))
-        print("OUT", out.shape)
+        print("OUT", out.shape, "FILES", dbg.check_kernel_dump() > 0)
     """)
     done = subprocess.run([sys.executable, child], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "L1 ERROR: Data dump is not supported in graph_kbyk mode when dump level is api" in done.stdout
+    assert "FILES True" in done.stdout
     config = json.loads((dump / "kernel_kbyk_dump.json").read_text())
     assert config["common_dump_settings"]["saved_data"] == "tensor"
     assert config["common_dump_settings"]["path"] == str(dump)

@@ -187,3 +187,21 @@ def test_case_problem_is_the_input_error(data_dir):
     case = load_dump(data_dir / "msprobe_repo_fixtures" / "npu_megatron_pytorch").by_name()["Distributed.all_reduce.0"]
     with pytest.raises(InputError, match="communication op"):
         build_inputs(case)
+
+
+def test_summary_stays_short_for_many_tensors(tmp_path):
+    case = one_call_dump(tmp_path, "Torch.cat.0", [[t(shape=(2,)) for _ in range(20)]])
+    inputs = build_inputs(case)
+    assert torch.cat(inputs.args[0]).shape == (40,)
+    assert inputs.summary.count("float32[2]") == 8 and inputs.summary.endswith("... 12 more tensors")
+
+
+@pytest.mark.parametrize(("value", "match"), [
+    ({"type": "int8", "value": 1000}, "int8"),
+    ({"type": "torch.Size", "value": [2 ** 70]}, "torch.Size"),
+    ({"type": "float16", "value": "abc"}, "float16"),
+])
+def test_undecodable_values_are_input_errors(tmp_path, value, match):
+    case = one_call_dump(tmp_path, "Torch.sum.0", [t(), value])
+    with pytest.raises(InputError, match=rf"argument\[1\].*{match}.*cannot be decoded"):
+        build_inputs(case)

@@ -225,7 +225,8 @@ FUZZ_SOURCES = {
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2 ** 70, 2 ** 70)
     | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8)
-    | st.sampled_from(["torch.Tensor", "torch.float16", "torch.bool", "../x.pt", "int", "slice"]),
+    | st.sampled_from(["torch.Tensor", "torch.float16", "torch.bool", "../x.pt", "int", "slice", "int8",
+                       "torch.Size", "float16", "torch.dtype", "ellipsis", "torch.device", "bool_"]),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
         st.sampled_from(["type", "dtype", "shape", "Max", "Min", "value", "data_name", "input_args"]), inner,
         max_size=4),

@@ -8,8 +8,6 @@ import atexit
 import logging
 from typing import Any
 
-from typing_extensions import Self
-
 from dumpers.mindspore_dump import kernel_dump
 from dumpers.mindspore_dump.config import DUMP_TASKS, MsDumpConfig, load_config
 
@@ -35,6 +33,7 @@ class PrecisionDebugger:
         self.service: Any = None
         self.kernel_config: str | None = None
         self._started_in_scope = False
+        self._warned_empty = False
         if self.task == "grad_probe":
             from dumpers.grad_probe import GradientMonitor
             self.monitor_impl = GradientMonitor(self.config.raw, framework="mindspore")
@@ -82,7 +81,10 @@ class PrecisionDebugger:
             if hasattr(self.monitor_impl, "stop"):
                 self.monitor_impl.stop()
             return
-        if self.service is None or self.kernel_config is not None:
+        if self.kernel_config is not None:
+            self.check_kernel_dump()
+            return
+        if self.service is None:
             return
         if not self._started_in_scope:
             raise RuntimeError("debugger.start() is not set in the current scope.")
@@ -91,10 +93,29 @@ class PrecisionDebugger:
 
     def step(self) -> None:
         """End a training step: finish its files, advance the step counter, reset the call counters."""
-        if self.service is None or self.kernel_config is not None:
+        if self.kernel_config is not None:
+            self.check_kernel_dump()
+            return
+        if self.service is None:
             return
         self._started_in_scope = False
         self.service.next_step()
+
+    def check_kernel_dump(self) -> int:
+        """L2 / graph mode: count MindSpore's kernel dump files so far; warn once when there are none.
+
+        In PyNative mode MindSpore dumps kernels of ``mindspore.jit`` functions only, so an L2 dump of plain
+        PyNative code stays empty; that is said, not left silent.
+        """
+        if self.kernel_config is None:
+            return 0
+        n = len(kernel_dump.native_dump_files(self.config.dump_path))
+        if n == 0 and not self._warned_empty:
+            self._warned_empty = True
+            log.warning("msprobe: the L2 kernel dump in %s is empty so far. MindSpore writes kernel dumps for "
+                        "graph-compiled code only: in PyNative mode only mindspore.jit functions are dumped. Use "
+                        "level L1 for PyNative code, or GRAPH_MODE.", self.config.dump_path)
+        return n
 
     def close(self) -> None:
         """Finish the dump for good: final files written, APIs restored, cell hooks removed."""
@@ -102,13 +123,14 @@ class PrecisionDebugger:
             self.service.end()
             self.service.remove_cell_hooks()
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> PrecisionDebugger:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _at_exit(self) -> None:
+        self.check_kernel_dump()
         try:
             if self.service is not None and not self.service.ended:
                 self.service.end()
@@ -132,7 +154,7 @@ class MsprobeStep:
 
     _real: type | None = None
 
-    def __new__(cls, debugger: PrecisionDebugger) -> Self:
+    def __new__(cls, debugger: PrecisionDebugger) -> MsprobeStep:
         return object.__new__(_callback_class() if cls is MsprobeStep else cls)
 
     def __init__(self, debugger: PrecisionDebugger) -> None:

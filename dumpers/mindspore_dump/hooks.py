@@ -1,10 +1,11 @@
-"""How calls are seen: API namespace wrappers, primitive proxies on cells, gradient hooks.
+"""How calls are seen: API namespace wrappers, primitive proxies on cells, the jit executor, gradient hooks.
 
 MindSpore has no function mode, so at L1/mix the names of :mod:`.api_table` are replaced by thin wrappers while
 the dump is started and put back on stop. Primitives held by the model's cells (``Dense.matmul``) are replaced
-by proxies in the cell's ``__dict__``. Backward entries of an API call come from tensor hooks: while a gradient
-is being recorded (inside ``ms.grad`` & co) the call runs on identity copies of its float tensor inputs, and
-hooks on those copies and on the outputs report exactly this call's input and output gradients.
+by proxies in the cell's ``__dict__``; calls of ``mindspore.jit`` functions go through a wrapped executor.
+Backward entries of an API call come from tensor hooks: while a gradient is being recorded (inside ``ms.grad``
+& co) the call runs on views of the inputs a gradient can reach, and hooks on those views and on the outputs
+report exactly this call's input and output gradients.
 """
 from __future__ import annotations
 
@@ -191,14 +192,21 @@ class PendingBackward:
     def set_outputs(self, n: int) -> None:
         self.grads_of_outputs = [None] * n
 
-    def expect(self, of_input: bool, i: int) -> Callable:
-        """A tensor hook that stores the gradient of input (or output) ``i``."""
+    def expect(self, of_input: bool, i: int, j: int | None = None) -> Callable:
+        """A tensor hook that stores the gradient of input (or output) ``i`` (item ``j`` of a list argument)."""
         self.waiting += 1
+        slots = self.grads_of_inputs if of_input else self.grads_of_outputs
+        if j is not None and not isinstance(slots[i], list):
+            slots[i] = [None] * (j + 1)
 
         def hook(grad: Any) -> None:
             if self.finished:
                 return
-            (self.grads_of_inputs if of_input else self.grads_of_outputs)[i] = grad
+            if j is None:
+                slots[i] = grad
+            else:
+                slots[i] += [None] * (j + 1 - len(slots[i]))
+                slots[i][j] = grad
             self.waiting -= 1
             if self.waiting == 0:
                 self.finish()

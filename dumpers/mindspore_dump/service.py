@@ -6,13 +6,12 @@ neither counted nor dumped.
 """
 from __future__ import annotations
 
-import linecache
 import logging
 import os
-import sys
 from typing import Any, Callable
 
 from dumpers import format as fmt
+from dumpers.mindspore_dump.cells import CellHooks
 from dumpers.mindspore_dump.config import MsDumpConfig
 from dumpers.mindspore_dump.filters import EntryFilter
 from dumpers.mindspore_dump.hooks import (
@@ -25,27 +24,11 @@ from dumpers.mindspore_dump.hooks import (
     recording_grad,
     takes_part_in_grad,
 )
+from dumpers.mindspore_dump.stack import call_stack
 from dumpers.mindspore_dump.summary import Summariser
 from dumpers.mindspore_dump.writer import StepWriter
 
 log = logging.getLogger("pytest_msprobe.mindspore")
-
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def call_stack() -> list:
-    """msprobe-style frame lines, innermost first, without the dumper's own frames."""
-    lines = []
-    frame = sys._getframe(1)
-    while frame is not None:
-        path = frame.f_code.co_filename
-        if not path.startswith(_OWN_DIR):
-            source = linecache.getline(path, frame.f_lineno).strip()
-            if source:
-                lines.append(f"File {path}, line {frame.f_lineno}, in {frame.f_code.co_name}, \n {source}")
-        frame = frame.f_back
-    return lines
-
 
 def current_rank() -> int | None:
     """The communication rank when MindSpore's collective communication is initialised, else None."""
@@ -58,7 +41,7 @@ def current_rank() -> int | None:
     return None
 
 
-class DumpService:
+class DumpService(CellHooks):
     """State of one PyNative dump: which step, which hooks, and the writer of the current step."""
 
     def __init__(self, config: MsDumpConfig) -> None:
@@ -86,6 +69,7 @@ class DumpService:
         self.bwd_stack: list = []          # keys of cells whose backward is running
         self._pending: dict = {}           # cell forward key -> partial entry (inputs)
         self._pending_backward: dict = {}  # id -> PendingBackward of API calls awaiting gradients
+        self._param_grads: dict = {}       # cell key base -> {parameter name: gradient} being gathered
 
     # --- lifecycle -----------------------------------------------------------------------------
     def selected(self) -> bool:
@@ -154,6 +138,7 @@ class DumpService:
         self.bwd_stack.clear()
         self._pending.clear()
         self._pending_backward.clear()
+        self._param_grads.clear()
 
     def end(self) -> None:
         """Stop for good (after the last selected step, or at interpreter exit)."""
@@ -216,6 +201,13 @@ class DumpService:
                     copy = identity(arg)
                     copy.register_hook(pending.expect(True, i))
                     call_args[i] = copy
+                elif isinstance(arg, (list, tuple)) and any(takes_part_in_grad(a) for a in arg):
+                    items = list(arg)          # e.g. the tensors of cat/stack: one view and hook each
+                    for j, item in enumerate(arg):
+                        if takes_part_in_grad(item):
+                            items[j] = identity(item)
+                            items[j].register_hook(pending.expect(True, i, j))
+                    call_args[i] = type(arg)(items)
         except Exception as exc:  # noqa: BLE001 - no backward entry rather than a failed training step
             log.warning("msprobe: no backward entry for %s: %s", api_call, exc)
             pending.finished = True
@@ -247,6 +239,8 @@ class DumpService:
         """Write the backward entries still waiting for a gradient (their missing grads stay null)."""
         for pending in list(self._pending_backward.values()):
             pending.finish()
+        for base in list(self._param_grads):
+            self._record_param_grads(base)
 
     def _record_backward(self, api_call: str, grads_of_outputs: Any, grads_of_inputs: Any) -> None:
         if not self.on or os.getpid() != self.pid or self.writer is None:
@@ -272,102 +266,6 @@ class DumpService:
         if self.bwd_stack:
             return self.bwd_stack[-1]
         return self.fwd_stack[-1] if self.fwd_stack else None
-
-    # --- cells (L0 / mix) ----------------------------------------------------------------------
-    def _hook_cells(self, model: Any) -> None:
-        for path, cell in model.cells_and_names():
-            if not path or id(cell) in self._hooked_cells:
-                continue                       # the root model itself is never hooked
-            self._hooked_cells.add(id(cell))
-            base = f"Cell.{path}.{type(cell).__name__}"
-            self._handles += [
-                cell.register_forward_pre_hook(self._cell_pre_hook(base)),
-                cell.register_forward_hook(self._cell_post_hook(base)),
-                cell.register_backward_pre_hook(self._cell_backward_pre_hook(base)),
-                cell.register_backward_hook(self._cell_backward_hook(base)),
-            ]
-
-    def remove_cell_hooks(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        self._hooked_cells.clear()
-
-    def _cell_pre_hook(self, base: str) -> Callable:
-        def hook(cell: Any, inputs: Any) -> None:
-            if not self._active():
-                return
-            self.busy = True
-            try:
-                index = self._next_index(f"{base}.{fmt.FORWARD}")
-                key = f"{base}.{fmt.FORWARD}.{index}"
-                self.writer.set_parent(key, self._parent())
-                self.filter.cell_started(key)
-                self.fwd_stack.append(key)
-                want = self.filter.wants(key, key, fmt.FORWARD)
-                entry = None
-                if want:
-                    entry = {}
-                    if self.filter.wants_inputs():
-                        entry["input_args"] = self.summariser.encode_list(inputs, key, fmt.CAT_INPUT)
-                        entry["input_kwargs"] = {}
-                self._pending[key] = (entry, call_stack() if want else None)
-            finally:
-                self.busy = False
-        return hook
-
-    def _cell_post_hook(self, base: str) -> Callable:
-        def hook(cell: Any, inputs: Any, outputs: Any) -> None:
-            if not self.fwd_stack or not self.fwd_stack[-1].startswith(base + "."):
-                return
-            key = self.fwd_stack.pop()
-            entry, stack = self._pending.pop(key, (None, None))
-            if self.on and self.writer is not None:
-                self.busy = True
-                try:
-                    if entry is not None:
-                        if self.filter.wants_outputs():
-                            entry["output"] = self.summariser.encode_list(outputs, key, fmt.CAT_OUTPUT)
-                        entry["parameters"] = {
-                            name: self.summariser.encode(p, key, "parameters", (name,), 1)
-                            for name, p in getattr(cell, "_params", {}).items()}
-                        self._add(key, entry, stack)
-                    self.filter.cell_ended(key)
-                finally:
-                    self.busy = False
-        return hook
-
-    def _cell_backward_pre_hook(self, base: str) -> Callable:
-        def hook(cell: Any, grad_output: Any) -> None:
-            if not self.on or os.getpid() != self.pid or self.writer is None:
-                return
-            index = self._next_index(f"{base}.{fmt.BACKWARD}")
-            key = f"{base}.{fmt.BACKWARD}.{index}"
-            self.bwd_stack.append(key)
-        return hook
-
-    def _cell_backward_hook(self, base: str) -> Callable:
-        def hook(cell: Any, grad_input: Any, grad_output: Any) -> None:
-            if not self.bwd_stack or not self.bwd_stack[-1].startswith(base + "."):
-                return
-            key = self.bwd_stack.pop()
-            parent = self._parent()
-            was_busy, self.busy = self.busy, True
-            try:
-                self.writer.set_parent(key, parent)
-                forward_key = key.replace(f".{fmt.BACKWARD}.", f".{fmt.FORWARD}.")
-                if not self.filter.wants(key, forward_key, fmt.BACKWARD):
-                    return
-                entry = {}
-                if self.filter.wants_inputs():
-                    entry["input"] = self.summariser.encode_list(grad_output, key, fmt.CAT_INPUT)
-                if self.filter.wants_outputs():
-                    entry["output"] = self.summariser.encode_list(grad_input, key, fmt.CAT_OUTPUT)
-                if entry:
-                    self._add(key, entry)
-            finally:
-                self.busy = was_busy
-        return hook
 
 
 _WARM = False

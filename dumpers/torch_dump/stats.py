@@ -48,8 +48,8 @@ def _reductions(t: torch.Tensor, kind: str) -> list:
     """The statistics of ``t`` as 0-d tensors on its device (no host sync, no per-tensor stacking)."""
     if kind == "bool":
         return [t.any(), t.all()]
-    if kind == "scalar":
-        return [t.abs() if t.is_complex() else t]
+    if kind == "scalar":        # a copy: an in-place call may change the value before resolve() reads it
+        return [t.abs() if t.is_complex() else t.clone()]
     if kind == "complex":
         a = t.abs()
         mn, mx = torch.aminmax(a)
@@ -153,31 +153,45 @@ class StatBatch:
         return item
 
     def resolve(self) -> None:
-        """Fill every pending item: one stack per (device, dtype), one ``tolist()`` per device."""
+        """Fill every pending item with one host transfer per device.
+
+        Accelerator statistics are stacked per dtype and brought over with one ``tolist()``; CPU
+        statistics are already on the host, where ``item()`` per value is cheaper than any stacking.
+        """
         if not self.pending:
             return
-        groups: dict = {}                 # (device, dtype) -> 0-d statistic tensors
-        slots = []                        # per pending item: (group key, position in the group)
+        groups: dict = {}                 # (device, dtype) -> 0-d statistic tensors (accelerators only)
+        slots = []                        # per pending item: numbers, or (group key, position) pairs
         for entry in self.pending:
+            values = entry[3]
+            if values[0].device.type == "cpu":
+                slots.append([v.item() for v in values])
+                continue
             item_slots = []
-            for value in entry[3]:
+            for value in values:
                 key = (value.device, value.dtype)
                 group = groups.setdefault(key, [])
                 item_slots.append((key, len(group)))
                 group.append(value)
             slots.append(item_slots)
+        host: dict = {}
         offsets: dict = {}
-        parts: dict = {}
-        for key, values in groups.items():
-            device_parts = parts.setdefault(key[0], [])
-            offsets[key] = sum(p.numel() for p in device_parts)
-            device_parts.append(torch.stack(values).to(torch.float64))
-        host = {device: (torch.cat(p) if len(p) > 1 else p[0]).tolist() for device, p in parts.items()}
-        for (item, kind, data, _values, t, version), item_slots in zip(self.pending, slots):
-            numbers = [host[key[0]][offsets[key] + i] for key, i in item_slots]
+        if groups:
+            parts: dict = {}
+            for key, values in groups.items():
+                device_parts = parts.setdefault(key[0], [])
+                offsets[key] = sum(p.numel() for p in device_parts)
+                device_parts.append(torch.stack(values).to(torch.float64))
+            host = {device: (torch.cat(p) if len(p) > 1 else p[0]).tolist() for device, p in parts.items()}
+        cache = self.cache
+        for (item, kind, data, values, t, version), item_slots in zip(self.pending, slots):
+            if values[0].device.type == "cpu":
+                numbers = item_slots
+            else:
+                numbers = [host[key[0]][offsets[key] + i] for key, i in item_slots]
             self._fill(item, kind, data, numbers)
-            if self.cache is not None:
-                self.cache.put(t, version, {k: item[k] for k in _CACHED_KEYS if k in item})
+            if cache is not None:
+                cache.put(t, version, {k: item[k] for k in _CACHED_KEYS if k in item})
         self.pending.clear()
 
     def _fill(self, item: dict, kind: str, data: torch.Tensor, v: list) -> None:
