@@ -1,11 +1,12 @@
 """Overhead of the PyTorch dumper on a training step (prints figures; no assertions).
 
 A 4-layer TransformerEncoder (d_model 256, 4 heads, feed-forward 1024, batch 8, sequence 64), AdamW,
-one CPU thread. Each configuration trains the same model from the same seed: bare, L1 statistics
-dump, L1 tensor dump (every tensor written to disk by the background writer), and mix statistics.
-The dumped steps include start(), stop() (dump.json, stack.json, construct.json written) and step().
+one CPU thread. For each configuration (L1 statistics, L1 tensor, mix statistics) two identical models
+train side by side, one bare and one dumped, alternating step by step, so a machine whose load changes
+affects both alike; the ratio is the median of the per-round ratios. The dumped step includes
+start(), stop() (dump.json, stack.json, construct.json written) and step().
 
-    python benchmarks/dump_overhead.py [--steps 8] [--warmup 2]
+    python benchmarks/dump_overhead.py [--steps 6] [--warmup 2]
 """
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ import torch
 
 from dumpers.torch_dump import PrecisionDebugger
 
+CONFIGS = [("L1 statistics", "statistics", "L1"), ("L1 tensor", "tensor", "L1"),
+           ("mix statistics", "statistics", "mix")]
+
 
 def build():
     torch.manual_seed(0)
@@ -32,60 +36,61 @@ def build():
     return model, opt, x, target
 
 
-def run(config, steps: int, warmup: int, dump_root: str):
-    """Seconds per step (median over ``steps``) and the number of dump entries of one step."""
-    model, opt, x, target = build()
-    dbg = None
-    if config is not None:
-        task, level = config
-        PrecisionDebugger.reset()
-        dbg = PrecisionDebugger(dump_path=dump_root, task=task, level=level, model=model)
-    times, cpu = [], []
-    for i in range(warmup + steps):
-        t0, c0 = time.perf_counter(), time.process_time()
-        if dbg:
-            dbg.start()
-        loss = torch.nn.functional.mse_loss(model(x), target)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        if dbg:
-            dbg.stop()
-            dbg.step()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-            cpu.append(time.process_time() - c0)
-    entries = 0
+def train_step(model, opt, x, target, dbg=None) -> tuple:
+    """(wall seconds, process CPU seconds) of one step."""
+    t0, c0 = time.perf_counter(), time.process_time()
     if dbg:
-        last = os.path.join(dump_root, f"step{warmup + steps - 1}", "rank", "dump.json")
-        with open(last) as fh:
-            entries = len(json.load(fh)["data"])
-        PrecisionDebugger.reset()
-    return statistics.median(times), statistics.median(cpu), entries
+        dbg.start()
+    loss = torch.nn.functional.mse_loss(model(x), target)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    if dbg:
+        dbg.stop()
+        dbg.step()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def measure(task: str, level: str, steps: int, warmup: int, root: str) -> dict:
+    bare = build()
+    dumped = build()
+    PrecisionDebugger.reset()
+    dbg = PrecisionDebugger(dump_path=root, task=task, level=level, model=dumped[0])
+    rows = []
+    for i in range(warmup + steps):
+        b = train_step(*bare)
+        d = train_step(*dumped, dbg=dbg)
+        if i >= warmup:
+            rows.append((b, d))
+    with open(os.path.join(root, f"step{warmup + steps - 1}", "rank", "dump.json")) as fh:
+        entries = len(json.load(fh)["data"])
+    PrecisionDebugger.reset()
+    med = statistics.median
+    return {"bare_wall": med(b[0] for b, _ in rows), "bare_cpu": med(b[1] for b, _ in rows),
+            "wall": med(d[0] for _, d in rows), "cpu": med(d[1] for _, d in rows),
+            "wall_ratio": med(d[0] / b[0] for b, d in rows), "cpu_ratio": med(d[1] / b[1] for b, d in rows),
+            "entries": entries}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="PyTorch dumper overhead on a TransformerEncoder step")
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    configs = [("bare", None), ("L1 statistics", ("statistics", "L1")), ("L1 tensor", ("tensor", "L1")),
-               ("mix statistics", ("statistics", "mix"))]
-    results = {}
-    for name, config in configs:
+    print(f"TransformerEncoder 4x(d256, 4 heads, ff1024), batch 8 x seq 64, AdamW, 1 thread; "
+          f"medians of {args.steps} alternating bare/dumped steps")
+    print(f"{'configuration':<16} {'bare ms':>8} {'dump ms':>8} {'ratio':>6} {'bare cpu':>9} {'dump cpu':>9} "
+          f"{'ratio':>6} {'entries':>8}")
+    for name, task, level in CONFIGS:
         root = tempfile.mkdtemp(prefix="msprobe-bench-")
         try:
-            results[name] = run(config, args.steps, args.warmup, root)
+            r = measure(task, level, args.steps, args.warmup, root)
         finally:
             shutil.rmtree(root, ignore_errors=True)
-    bare, bare_cpu, _ = results["bare"]
-    print(f"TransformerEncoder 4x(d256, 4 heads, ff1024), batch 8 x seq 64, AdamW, 1 thread; "
-          f"median of {args.steps} steps")
-    print(f"{'configuration':<16} {'wall ms':>9} {'ratio':>7} {'cpu ms':>9} {'ratio':>7} {'entries/step':>13}")
-    for name, (sec, cpu, entries) in results.items():
-        print(f"{name:<16} {sec * 1e3:9.1f} {sec / bare:7.2f} {cpu * 1e3:9.1f} {cpu / bare_cpu:7.2f} {entries:13d}")
-    print("cpu = process CPU time (all threads of this process): the figure that does not depend on other load")
+        print(f"{name:<16} {r['bare_wall'] * 1e3:8.1f} {r['wall'] * 1e3:8.1f} {r['wall_ratio']:6.2f} "
+              f"{r['bare_cpu'] * 1e3:9.1f} {r['cpu'] * 1e3:9.1f} {r['cpu_ratio']:6.2f} {r['entries']:8d}")
+    print("ms = wall clock; cpu = process CPU time (every thread of this process, the tensor writer included)")
     print("targets: L1 statistics <= 1.5x, L1 tensor <= 3x")
     return 0
 

@@ -1,8 +1,9 @@
 """Slowdown of a MindSpore (PyNative, CPU) training step under the MindSpore dumper.
 
 Model: 4 residual blocks of Dense(256->1024) + GELU + Dense(1024->256) + LayerNorm, batch 64, Adam, one
-``value_and_grad`` step. Prints the median step time bare and with the dump at L1 statistics, mix statistics,
-L0 statistics and L1 tensor, and each one's ratio to the bare step.
+``value_and_grad`` step. The cases (bare, L1 statistics, mix statistics, L0 statistics, L1 tensor) take turns
+step by step, so a busy machine slows them alike; prints median and minimum step times and their ratios to
+the bare step.
 
     .venv/bin/python benchmarks/ms_dump_overhead.py [--steps 8] [--warmup 2]
 """
@@ -46,42 +47,47 @@ def build(ms, d_model: int = 256, d_ff: int = 1024, blocks: int = 4):
     return Net()
 
 
-def run_case(ms, task, level, steps: int, warmup: int, workdir: str) -> float:
-    from mindspore import nn
+class Case:
+    """One training set-up (own network, optimizer and, unless bare, debugger) stepped on demand."""
 
-    from pytest_msprobe.mindspore import PrecisionDebugger
-    ms.set_seed(0)
-    net = build(ms)
-    loss_fn = nn.CrossEntropyLoss()
-    opt = nn.Adam(net.trainable_params(), learning_rate=1e-3)
-    grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, opt.parameters)
-    rs = np.random.RandomState(0)
-    x = ms.Tensor(rs.randn(64, 256).astype(np.float32))
-    y = ms.Tensor(rs.randint(0, 10, 64).astype(np.int32))
-    dbg = None
-    if task is not None:
-        cfg = os.path.join(workdir, f"{task}_{level}.json")
-        with open(cfg, "w") as fh:
-            json.dump({"task": task, "level": level, "dump_path": os.path.join(workdir, f"{task}_{level}")}, fh)
-        dbg = PrecisionDebugger(cfg)
-    times = []
-    try:
-        for i in range(warmup + steps):
-            t0 = time.perf_counter()
-            if dbg is not None:
-                dbg.start(net)
-            loss, grads = grad_fn(x, y)
-            opt(grads)
-            loss.asnumpy()
-            if dbg is not None:
-                dbg.stop()
-                dbg.step()
-            if i >= warmup:
-                times.append(time.perf_counter() - t0)
-    finally:
-        if dbg is not None:
-            dbg.close()
-    return statistics.median(times)
+    def __init__(self, ms, name: str, task, level, workdir: str) -> None:
+        from mindspore import nn
+
+        from pytest_msprobe.mindspore import PrecisionDebugger
+        ms.set_seed(0)
+        self.name = name
+        self.net = build(ms)
+        loss_fn = nn.CrossEntropyLoss()
+        self.opt = nn.Adam(self.net.trainable_params(), learning_rate=1e-3)
+        self.grad_fn = ms.value_and_grad(lambda x, y: loss_fn(self.net(x), y), None, self.opt.parameters)
+        self.dbg = None
+        self.dump_path = None
+        if task is not None:
+            cfg = os.path.join(workdir, f"{task}_{level}.json")
+            self.dump_path = os.path.join(workdir, f"{task}_{level}")
+            with open(cfg, "w") as fh:
+                json.dump({"task": task, "level": level, "dump_path": self.dump_path}, fh)
+            self.dbg = PrecisionDebugger(cfg)
+        self.times: list = []
+
+    def step(self, x, y, record: bool) -> None:
+        t0 = time.perf_counter()
+        if self.dbg is not None:
+            self.dbg.start(self.net)
+        loss, grads = self.grad_fn(x, y)
+        self.opt(grads)
+        loss.asnumpy()
+        if self.dbg is not None:
+            self.dbg.stop()
+            self.dbg.step()
+        if record:
+            self.times.append(time.perf_counter() - t0)
+
+    def entries(self) -> int:
+        if self.dump_path is None:
+            return 0
+        with open(os.path.join(self.dump_path, "step0", "rank", "dump.json")) as fh:
+            return len(json.load(fh)["data"])
 
 
 def main() -> None:
@@ -95,20 +101,26 @@ def main() -> None:
         _ = ms.Tensor(np.ones((1,), np.float32)) * 2.0
     except SystemError:
         pass
+    rs = np.random.RandomState(0)
+    x = ms.Tensor(rs.randn(64, 256).astype(np.float32))
+    y = ms.Tensor(rs.randint(0, 10, 64).astype(np.int32))
     with tempfile.TemporaryDirectory() as workdir:
-        results = {name: run_case(ms, task, level, args.steps, args.warmup, workdir)
-                   for name, task, level in CASES}
-        entries = {}
-        for name, task, level in CASES[1:]:
-            with open(os.path.join(workdir, f"{task}_{level}", "step0", "rank", "dump.json")) as fh:
-                entries[name] = len(json.load(fh)["data"])
-    bare = results["bare"]
-    print(f"MindSpore {ms.__version__} PyNative CPU, median of {args.steps} steps "
+        cases = [Case(ms, name, task, level, workdir) for name, task, level in CASES]
+        for i in range(args.warmup + args.steps):     # interleaved, so machine load hits every case alike
+            for case in cases:
+                case.step(x, y, record=i >= args.warmup)
+        for case in cases:
+            if case.dbg is not None:
+                case.dbg.close()
+        entries = {case.name: case.entries() for case in cases}
+    bare = cases[0]
+    print(f"MindSpore {ms.__version__} PyNative CPU, {args.steps} interleaved steps per case "
           f"(4x Dense 256-1024-256 + LayerNorm, batch 64, Adam)")
-    print(f"{'case':<16}{'step ms':>10}{'ratio':>8}{'entries':>9}")
-    for name, _task, _level in CASES:
-        print(f"{name:<16}{results[name] * 1e3:>10.1f}{results[name] / bare:>8.2f}"
-              f"{entries.get(name, 0):>9}")
+    print(f"{'case':<16}{'median ms':>10}{'min ms':>9}{'ratio(median)':>15}{'ratio(min)':>12}{'entries':>9}")
+    for case in cases:
+        med, low = statistics.median(case.times), min(case.times)
+        print(f"{case.name:<16}{med * 1e3:>10.1f}{low * 1e3:>9.1f}{med / statistics.median(bare.times):>15.2f}"
+              f"{low / min(bare.times):>12.2f}{entries[case.name]:>9}")
 
 
 if __name__ == "__main__":

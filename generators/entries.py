@@ -118,7 +118,7 @@ def _check_typed_value(obj: dict, where: str) -> str | None:
         return f"{where}.value must be [start, stop, step] of integers or null (type 'slice'), got {_short(value)}"
     if kind == "torch.Size" and not (isinstance(value, list) and all(is_int(v) and v >= 0 for v in value)):
         return f"{where}.value must be a list of non-negative integers (type 'torch.Size'), got {_short(value)}"
-    if kind == "torch.dtype" and value not in fmt.TORCH_DTYPES:
+    if kind == "torch.dtype" and (not isinstance(value, str) or value not in fmt.TORCH_DTYPES):
         return f"{where}.value {_short(value)} is not a known torch dtype (type 'torch.dtype')"
     if kind in ("torch.device", "mindspore.dtype") and not isinstance(value, str):
         return f"{where}.value must be a string (type {kind!r}), got {_short(value)}"

@@ -198,13 +198,15 @@ def build_inputs(case: Any, *, random: bool = False, seed: int = 0, max_bytes: i
     elif edge_values and not params.edge_values:
         params = GenParams(params.magnitude, params.match_stats, True)
     lines: list = []
+    remaining = [limit]          # real mode: the files' sizes are charged against the budget as they load
 
     def make(part: str):
         def _make(path: tuple, item: dict) -> Any:
             label = _label(part, path)
             try:
                 if real:
-                    tensor = load_tensor_file(case.tensor_dir, item, max_bytes=limit, where=case.name)
+                    tensor = load_tensor_file(case.tensor_dir, item, max_bytes=remaining[0], where=case.name)
+                    remaining[0] -= tensor.element_size() * tensor.nelement()
                     text = _tensor_summary(tensor, item)
                 else:
                     tensor, text = _random_tensor(case, label, path, item, seed, params, part)

@@ -69,6 +69,14 @@ class DumpSet:
         return {case.name: case for case in self.cases}
 
 
+def printable_name(name: str) -> str:
+    """A call name safe for node ids, terminals and CSV cells: whitespace and control characters escaped."""
+    if name.isprintable() and not any(ch.isspace() for ch in name):
+        return name
+    return "".join(ch if ch.isprintable() and not ch.isspace() else ch.encode("unicode_escape").decode("ascii")
+                   .replace(" ", "\\x20") for ch in name)
+
+
 def _natural_key(path: str) -> list:
     return [int(tok) if tok.isdigit() else tok for tok in re.split(r"(\d+)", path)]
 
@@ -201,7 +209,7 @@ def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -
         try:
             parsed = fmt.parse_entry_key(key)
         except ValueError as exc:
-            name = key or "(empty entry key)"
+            name = printable_name(key) or "(empty entry key)"
             call = calls.setdefault(name, _Call(name, key.split(".")[0], "", -1))
             call.problems.append(f"{exc}; the entry is not an API call this tool knows how to replay")
             call.has_forward = True
@@ -209,7 +217,7 @@ def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -
         if parsed.kind in ("module", "parameters_grad"):
             excluded.append(key)
             continue
-        name = parsed.api_call
+        name = printable_name(parsed.api_call)
         call = calls.get(name)
         if call is None:
             call = calls[name] = _Call(name, parsed.prefix, parsed.api,

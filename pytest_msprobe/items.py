@@ -28,17 +28,14 @@ class DumpFile(pytest.File):
     """A dump.json: one item per API call, in dump order."""
 
     def collect(self) -> Any:
-        from .runner import _generator_attr
-        load_dump = _generator_attr("load_dump")
+        sess = self.config.stash[SESSION_KEY]
         try:
-            dumpset = load_dump(str(self.path))
+            cases = sess.cases_of(str(self.path))
         except Exception as exc:  # noqa: BLE001 - DumpError and anything a broken file raises
             raise self.CollectError(f"cannot read dump {self.path}: {exc}") from None
-        sess = self.config.stash[SESSION_KEY]
-        for case in dumpset.cases:
+        for case in cases:
             item = ApiItem.from_parent(self, name=case.name, case=case)
-            reason = sess.list_skip_reason(case.api) or sess.filter_skip_reason(case)
-            item.skip_reason = reason
+            item.skip_reason = sess.list_skip_reason(case.api) or sess.filter_skip_reason(case)
             yield item
 
 

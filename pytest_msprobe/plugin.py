@@ -36,14 +36,15 @@ def pytest_configure(config: Any) -> None:
         settings = Settings.from_config(config)
     except (ValueError, TypeError, argparse.ArgumentTypeError, OSError) as exc:
         raise pytest.UsageError(f"pytest-msprobe: {exc}") from None
-    from .runner import _generator_attr
+    from generators.loader import find_dump_files
     try:
-        files = [os.path.abspath(f) for f in _generator_attr("find_dump_files")(settings.api_info)]
+        files = [os.path.abspath(f) for f in find_dump_files(settings.api_info)]
     except Exception as exc:  # noqa: BLE001 - DumpError: a missing path or a directory without dumps
         raise pytest.UsageError(f"--msprobe-api-info: {exc}") from None
     _set_args(config, files)
     sess = CheckSession(config, settings)
     sess.dump_files = {os.path.realpath(f) for f in files}
+    sess.dump_paths = files
     config.stash[SESSION_KEY] = sess
     try:
         backend, _ = sess.backend()
@@ -153,8 +154,10 @@ def pytest_collection_finish(session: Any) -> None:
 def pytest_xdist_node_collection_finished(node: Any, ids: list) -> None:
     """xdist controller: the workers' collection (after deselection) tells which APIs run again."""
     reporter = node.config.stash.get(REPORTER_KEY, None)
-    if reporter is not None:
-        reporter.prepare({nid.split("::", 1)[1] for nid in ids if reporter.is_api_nodeid(nid)})
+    if reporter is not None and not reporter.order:
+        names = [nid.split("::", 1)[1] for nid in ids if reporter.is_api_nodeid(nid)]
+        reporter.order = {name: i for i, name in enumerate(names)}
+        reporter.prepare(set(names))
 
 
 def pytest_report_header(config: Any) -> Any:

@@ -112,6 +112,7 @@ class CsvReporter:
         self.apc_summary: list = []
         self.dump_files: set = set()          # real paths, set by the plugin
         self.device = ""                      # backend name (and ids), set by the plugin
+        self.order: dict = {}                 # API -> dump position, when workers write out of order
 
     # --- files ------------------------------------------------------------------------------------------
     def prepare(self, selected: set | None) -> None:
@@ -183,9 +184,12 @@ class CsvReporter:
         self.writer.sync()
 
     def close(self) -> None:
+        """Close the pair; after a parallel run, put this run's rows back in dump order."""
         if self.writer is None:
             self.prepare(set())
         self.writer.close()
+        if self.order and len(self.written) > 1:
+            acc_csv.sort_apis(self.plan.result_csv, self.plan.details_csv, self.order)
 
     def summary_lines(self) -> list:
         s = self.settings

@@ -8,7 +8,6 @@ never go through a device backend; the device tensors keep their dtype.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import zlib
 from dataclasses import dataclass, field
@@ -19,28 +18,6 @@ RANDOM_DATA = "random_data"
 OUT_KWARG_MESSAGE = "function with out=... arguments don't support automatic differentiation, skip backward."
 NO_BACKWARD_MESSAGE = "function backward result is None, skip backward."
 MULTI_BACKWARD_MESSAGE = "Multiple backward is not supported."
-
-_GENERATOR_MODULES = ("generators", "generators.loader", "generators.inputs", "generators.real",
-                      "generators.random_data", "generators.strategies", "generators.apis")
-
-
-_ATTR_CACHE: dict = {}
-
-
-def _generator_attr(name: str) -> Any:
-    """A public name of the generators package (exported at the top or from one of its modules)."""
-    if name in _ATTR_CACHE:
-        return _ATTR_CACHE[name]
-    for mod in _GENERATOR_MODULES:
-        try:
-            module = importlib.import_module(mod)
-        except ImportError:
-            continue
-        if hasattr(module, name):
-            _ATTR_CACHE[name] = getattr(module, name)
-            return _ATTR_CACHE[name]
-    raise ImportError(f"generators provides no {name!r}; is the generators package complete?")
-
 
 def item_seed(name: str, seed: int) -> int:
     """Per-API seed from the run seed and the API's dump name: the same on every worker and every run."""
@@ -246,7 +223,7 @@ def run_case(case: Any, backend: Any, device_index: int, options: RunOptions) ->
     if options.examples > 1 and mode == RANDOM_DATA:
         return _run_examples(case, backend, device_index, options, seed)
     try:
-        build_inputs = _generator_attr("build_inputs")
+        from generators.inputs import build_inputs
         inputs = build_inputs(case, random=(mode == RANDOM_DATA), seed=options.seed, max_bytes=options.max_bytes,
                               edge_values=options.edge_values)
     except Exception as exc:  # noqa: BLE001 - spec 3.4: any failure to build inputs is a SKIP
@@ -302,7 +279,8 @@ def _run(case: Any, inputs: Any, backend: Any, device_index: int, options: RunOp
     std = get_standard(options.standard)
     name = case_name(case)
     api = case.api
-    func = _generator_attr("resolve_api")(case.prefix, api)
+    from generators.apis import resolve_api
+    func = resolve_api(case.prefix, api)
 
     args = list(inputs.args or ())
     kwargs = dict(inputs.kwargs or {})
@@ -419,7 +397,8 @@ def _run_examples(case: Any, backend: Any, device_index: int, options: RunOption
     from hypothesis import seed as hseed
     name = case_name(case)
     try:
-        strategy = _generator_attr("inputs_strategy")(case, edge_values=options.edge_values,
+        from generators.inputs import inputs_strategy
+        strategy = inputs_strategy(case, edge_values=options.edge_values,
                                                       max_bytes=options.max_bytes)
     except Exception as exc:  # noqa: BLE001 - spec 3.4: the API becomes SKIP with the error text
         return skip_result(name, _exc_text(exc), data_mode=RANDOM_DATA, seed=seed)

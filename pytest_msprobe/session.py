@@ -19,9 +19,8 @@ def _warm_up() -> None:
     import torch  # noqa: F401
 
     from .precision import compare  # noqa: F401
-    from .runner import _generator_attr
-    _generator_attr("build_inputs")
-    _generator_attr("resolve_api")
+    import generators.apis  # noqa: F401
+    import generators.inputs  # noqa: F401
 
 
 class CheckSession:
@@ -39,6 +38,8 @@ class CheckSession:
         self._filter_seen: dict = {}
         self.baseline_failing: set = set()
         self.dump_files: set = set()          # real paths of the dump.json files being checked
+        self.dump_paths: list = []            # the same, as given, in order
+        self._cases: dict | None = None
 
     # --- devices ----------------------------------------------------------------------------------------
     def registry(self) -> Any:
@@ -110,6 +111,18 @@ class CheckSession:
         if isinstance(box[0], BaseException):
             raise box[0]
         return box[0]
+
+    # --- cases -------------------------------------------------------------------------------------------
+    def cases_of(self, path: str) -> list:
+        """The cases of one dump file. All dumps are loaded together (once), so that call names shared by
+        several dumps (step0 and step1 both have ``Functional.linear.0``) become ``{label}::{name}``."""
+        if self._cases is None:
+            from generators.loader import load_dump
+            grouped: dict = {}
+            for case in load_dump(self.dump_paths or sorted(self.dump_files)).cases:
+                grouped.setdefault(os.path.realpath(case.dump_json), []).append(case)
+            self._cases = grouped
+        return self._cases.get(os.path.realpath(path), [])
 
     # --- selection ----------------------------------------------------------------------------------------
     def list_skip_reason(self, api: str) -> str | None:

@@ -49,7 +49,8 @@ def test_layout_bom_crlf_headers_and_field_counts(tmp_path):
     draw = _read_bytes(det)
     assert draw.startswith(b"\xef\xbb\xbf" + ",".join(DETAILS_HEADER + [DATA_MODE_COLUMN]).encode() + b"\r\n")
     # message with newlines is quoted, with bare LF inside, CRLF only as record terminator
-    assert b'pass,"\nMax abs error is less than 0.001, consider as pass, skip other check and set to SPACE.\n",real_data\r\n' in draw
+    assert (b'pass,"\nMax abs error is less than 0.001, consider as pass, skip other check and set to SPACE.\n",'
+            b'real_data\r\n') in draw
     assert b'"(8, 32)",1.00000000000000,1.1826402e-07' not in draw   # python float -> 14 decimals
     header, rows = acc_csv.read_details_csv(det)
     assert header[-1] == DATA_MODE_COLUMN and len(rows) == 2

@@ -313,3 +313,68 @@ def test_grad_probe_builds_and_forwards_to_the_monitor(tmp_path, monkeypatch):
     assert calls == [("init", str(tmp_path / "gp"), {"grad_level": "L1"}, "pytorch"), ("monitor", "Linear"),
                      ("stop",)]
     assert not os.path.exists(tmp_path / "gp" / "step0")
+
+
+def test_buffers_updated_inside_kernels_are_summarised_afresh(tmp_path):
+    bn = torch.nn.BatchNorm1d(3)
+    x = torch.randn(8, 3) + 5.0
+
+    def run():
+        bn(x)
+        bn(x)          # running_mean was updated by the first call without a version bump
+
+    data, _ = dump_once(tmp_path, run)
+    first = data["Functional.batch_norm.0.forward"]["input_args"][1]
+    second = data["Functional.batch_norm.1.forward"]["input_args"][1]
+    assert first["Max"] == 0.0
+    assert second["Max"] == pytest.approx((0.1 * x.mean(0)).max().item())     # momentum 0.1 from zeros
+
+
+def test_fast_json_writer_matches_json_module(data_dir):
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    samples = [json.loads(p.read_text()) for p in sorted(data_dir.rglob("*.json"))[:12]]
+    samples.append({"a": [1.5, float("nan"), float("inf"), -float("inf"), True, None, "\u00e9\"\n", {}, [], (1, 2),
+                          Level.HIGH], 3: {"x": -0.0, "y": 1e300, "z": 2**70, "s": [1, 2], "t": [True, 2]},
+                    None: 1, 2.5: False})
+    for obj in samples:
+        assert fmt.dumps_json_fast(obj) == fmt.dumps_json(obj)
+    with pytest.raises(TypeError):
+        fmt.dumps_json_fast({"x": object()})
+
+
+def test_python_level_apis_are_recorded_as_written(tmp_path):
+    pool = torch.nn.MaxPool2d(2)
+    x = torch.randn(1, 2, 4, 4)
+
+    def run():
+        pool(x)                                               # boolean-dispatch wrapper inside torch
+        torch.nn.functional.max_pool2d(x, 2, stride=1)
+        torch.nn.functional.layer_norm(x, (4,), eps=1e-3)
+        x.split(2, dim=2)
+
+    data, _ = dump_once(tmp_path, run)
+    first = data["Functional.max_pool2d.0.forward"]
+    assert [a.get("value") for a in first["input_args"][1:]] == [2, 2, 0, 1]
+    assert list(first["input_kwargs"]) == ["ceil_mode", "return_indices"]
+    second = data["Functional.max_pool2d.1.forward"]
+    assert len(second["input_args"]) == 2 and list(second["input_kwargs"]) == ["stride"]
+    assert list(data["Functional.layer_norm.0.forward"]["input_kwargs"]) == ["eps"]
+    assert len(data["Tensor.split.0.forward"]["input_args"]) == 2
+    stack = load(tmp_path, name="stack.json")
+    lines = {k: group[1][0] for group in stack.values() for k in group[0]}
+    assert "pooling.py" in lines["Functional.max_pool2d.0.forward"]
+    assert "max_pool2d(x, 2, stride=1)" in lines["Functional.max_pool2d.1.forward"]
+
+
+def test_inference_mode_tensors(tmp_path):
+    def run():
+        with torch.inference_mode():
+            y = torch.relu(torch.randn(3))
+            y.add_(1)
+
+    data, _ = dump_once(tmp_path, run, task="tensor")
+    assert list(data) == ["Torch.relu.0.forward", "Tensor.add_.0.forward"]

@@ -202,3 +202,12 @@ def test_importing_the_loader_imports_no_heavy_framework():
             "print(sorted(m for m in ('torch', 'hypothesis', 'pandas', 'mindspore') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_names_with_control_characters_are_escaped(tmp_path):
+    data = {"Torch.re lu\n.0.forward": {"input_args": [t()], "input_kwargs": {}},
+            "bad\tkey": {}}
+    ds = load_dump(write_dump(tmp_path, data))
+    names = [c.name for c in ds]
+    assert names == ["Torch.re\\x20lu\\n.0", "bad\\tkey"]
+    assert all(c.problem for c in ds)

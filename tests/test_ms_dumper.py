@@ -595,3 +595,19 @@ def test_mint_calls_with_list_arguments_under_grad(ms, tmp_path):
     assert lin[0] is None and lin[1]["shape"] == [8, 4] and lin[2]["shape"] == [8]
     w_grad = np.load(os.path.join(doc["dump_data_dir"], lin[1]["data_name"]))
     assert np.array_equal(w_grad, bare[0])                          # the call's own gradient of w
+
+
+def test_two_debuggers_cannot_dump_at_once(ms, tmp_path):
+    from pytest_msprobe.mindspore import PrecisionDebugger
+    first = PrecisionDebugger(write_config(tmp_path / "a.json", tmp_path / "a"))
+    second = PrecisionDebugger(write_config(tmp_path / "b.json", tmp_path / "b"))
+    try:
+        first.start()
+        with pytest.raises(RuntimeError, match="another MindSpore PrecisionDebugger"):
+            second.start()
+        first.stop()
+        second.start()                       # fine once the first one is stopped
+        second.stop()
+    finally:
+        first.close()
+        second.close()

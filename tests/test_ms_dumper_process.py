@@ -63,8 +63,12 @@ def test_sigkill_mid_step_keeps_every_captured_call(tmp_path):
         for line in proc.stdout:
             if line.strip() == "READY":
                 break
+        else:
+            pytest.fail(f"the dumping child process ended before dumping (exit status {proc.wait(timeout=60)})")
         os.kill(proc.pid, signal.SIGKILL)
     finally:
+        if proc.poll() is None:
+            proc.kill()
         proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     rank_dir = dump / "step0" / "rank"

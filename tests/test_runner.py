@@ -120,6 +120,7 @@ def test_error_result_and_failing_levels():
     assert not w.failing("error") and w.failing("warning")
 
 
+@pytest.mark.filterwarnings("ignore:This overload of add is deprecated")
 def test_save_error_data_numbers_args_then_kwargs(tmp_path):
     x = torch.linspace(-2, 2, 64, dtype=torch.float16).reshape(8, 8)
 

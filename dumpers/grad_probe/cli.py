@@ -8,7 +8,8 @@ DESCRIPTION = ("Compare two grad_probe exports (the dump_path of two runs made w
 EPILOG = ("The problem-step rule: for any parameter, a first-step similarity below 0.97, or a drop of more than "
           "0.03 from one step to the next, marks the step as suspicious.\n"
           "exit status: 0 done, 1 a suspicious step was found and --fail-on-anomaly was given, 2 nothing to "
-          "compare.")
+          "compare.\n\n"
+          "example:\n  pytest-msprobe grad-compare ./grad_run_npu ./grad_run_gpu -o ./grad_compare")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -30,6 +30,8 @@ from dumpers.mindspore_dump.writer import StepWriter
 
 log = logging.getLogger("pytest_msprobe.mindspore")
 
+_DUMPING: DumpService | None = None        # the service whose wrappers are installed, if any
+
 def current_rank() -> int | None:
     """The communication rank when MindSpore's collective communication is initialised, else None."""
     try:
@@ -94,6 +96,11 @@ class DumpService(CellHooks):
         self.rank = current_rank()
         if not self.selected():
             return False
+        global _DUMPING
+        if _DUMPING is not None and _DUMPING is not self and _DUMPING.on:
+            raise RuntimeError("another MindSpore PrecisionDebugger is dumping in this process: call its stop() "
+                               "before start() of this one (or use one debugger)")
+        _DUMPING = self
         self.busy = True
         try:
             _warm_up()
@@ -118,6 +125,8 @@ class DumpService(CellHooks):
         """Switch off, put the original APIs back and write the JSON files of the step."""
         self.flush_backward()
         self.on = False
+        if self.summariser is not None:
+            self.summariser.forget()
         self.api_patcher.uninstall()
         self.jit_patcher.uninstall()
         self.prim_patcher.uninstall()
@@ -178,10 +187,13 @@ class DumpService(CellHooks):
             if want and self.filter.wants_inputs():
                 entry["input_args"] = self.summariser.encode_list(args, key, fmt.CAT_INPUT)
                 entry["input_kwargs"] = self.summariser.encode_kwargs(kwargs, key)
-            if recording_grad() and not is_inplace(prefix, name) and _has_tensor(args):
+            inplace = is_inplace(prefix, name)
+            if recording_grad() and not inplace and _has_tensor(args):
                 out = self._run_with_grad_hooks(original, args, kwargs, api_call)
             else:
                 out = original(*args, **kwargs)
+            if inplace or prefix == "Jit":
+                self.summariser.forget()       # tensors may have changed in place (jit: optimizers do)
             if want:
                 if self.filter.wants_outputs():
                     entry["output"] = self.summariser.encode_list(out, key, fmt.CAT_OUTPUT)

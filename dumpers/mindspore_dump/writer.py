@@ -30,6 +30,7 @@ class StepWriter:
         self._stack_keys: list = []        # stack id -> [keys]
         self._sid: dict = {}               # entry key -> stack id
         self._queued: list = []            # (key, entry) added but not yet journaled
+        self._flushed: tuple = (-1, -1)    # sizes of data and construct at the last flush
         try:
             os.makedirs(self.dir, mode=fmt.DIR_MODE, exist_ok=True)
             if self.tensor_dir:
@@ -90,11 +91,13 @@ class StepWriter:
         """Rewrite the three JSON files in full (the journal stays until :meth:`close`)."""
         self.commit()
         self._write_files()
+        self._flushed = (len(self.data), len(self.construct))
 
     def close(self) -> None:
-        """Final write, then remove the journal: the directory is now a finished dump."""
+        """Final write (skipped when nothing changed since :meth:`flush`), then remove the journal."""
         self.commit()
-        self._write_files()
+        if self._flushed != (len(self.data), len(self.construct)):
+            self._write_files()
         if self._journal is not None:
             self._journal.close(remove=True)
             self._journal = None

@@ -70,65 +70,77 @@ def instruction_index(instrs: list, offset: int) -> int:
     return idx
 
 
-def _caller(func_code: Any) -> Optional[Any]:
-    frame = sys._getframe(2)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if name.startswith(_OWN_DIR) or name.endswith(_SKIP) or frame.f_code is func_code:
-            frame = frame.f_back
-            continue
-        return frame
-    return None
+_WRAPPER_FILES = (os.path.join("torch", "_jit_internal.py"),)   # boolean_dispatch wrappers (F.max_pool2d)
+
+
+def _frames(func_code: Any) -> tuple:
+    """(the frame that called handle_torch_function, the frame of the user's call), or Nones."""
+    frame = sys._getframe(3)
+    while frame is not None and (frame.f_code.co_filename.startswith(_OWN_DIR)
+                                 or frame.f_code.co_filename.endswith(_SKIP)):
+        frame = frame.f_back
+    impl = frame
+    if impl is None:
+        return None, None
+    files = (func_code.co_filename, impl.f_code.co_filename)
+    while frame is not None and (frame.f_code is func_code or frame.f_code.co_filename in files
+                                 or frame.f_code.co_filename.endswith(_WRAPPER_FILES)):
+        frame = frame.f_back
+    return impl, frame
+
+
+def _parameters(code: Any) -> tuple:
+    """(positional parameter names, keyword-only names, *args name or None) of a code object."""
+    n_pos, n_kw = code.co_argcount, code.co_kwonlyargcount
+    names = code.co_varnames
+    var = names[n_pos + n_kw] if code.co_flags & inspect.CO_VARARGS else None
+    return names[:n_pos], names[n_pos:n_pos + n_kw], var
 
 
 def as_written(func: Any, args: tuple, kwargs: dict, bound_method: bool) -> tuple:
-    """``(args, kwargs)`` as the caller wrote them; the received ones when that cannot be told."""
+    """``(args, kwargs)`` as the caller wrote them; the received ones when that cannot be told.
+
+    The values come from the implementation's frame (the function that called
+    ``handle_torch_function``, whose locals hold every parameter), the shape of the call from the
+    user's ``CALL`` instruction: the first ``n`` parameters were written positionally, the keyword
+    names are listed by the instruction.
+    """
     code = getattr(func, "__code__", None)
     if code is None:
         return args, kwargs
-    sig = _signature(func)
-    if sig is None:
+    impl, caller = _frames(code)
+    if impl is None or caller is None:
         return args, kwargs
-    try:
-        bound = sig.bind(*args, **kwargs)
-    except TypeError:
-        return args, kwargs
-    frame = _caller(code)
-    shape = _call_shape(frame.f_code, frame.f_lasti) if frame is not None else None
-    values = bound.arguments
-    params = list(sig.parameters.values())
-    if shape is None:       # f(*a, **k) and the like: keep positionals, drop keywords left at their default
-        out_kw = {}
-        for k, v in kwargs.items():
-            p = sig.parameters.get(k)
-            if p is None or p.default is inspect.Parameter.empty or not _same(p.default, v):
-                out_kw[k] = v
-        return args, out_kw
+    shape = _call_shape(caller.f_code, caller.f_lasti)
+    if shape is None:
+        return args, _drop_defaults(func, kwargs)
     argc, names = shape
     n_pos = argc - len(names) + (1 if bound_method else 0)
-    out_args: list = []
-    for p in params:
-        if len(out_args) >= n_pos:
-            break
-        if p.kind is inspect.Parameter.VAR_POSITIONAL:
-            out_args.extend(values.get(p.name, ()))
-            break
-        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) \
-                and p.name in values:
-            out_args.append(values[p.name])
-        else:
-            return args, kwargs
-    var_kw = next((p.name for p in params if p.kind is inspect.Parameter.VAR_KEYWORD), None)
-    extra = values.get(var_kw, {}) if var_kw else {}
-    out_kw = {}
-    for n in names:
-        if n in values and n != var_kw:
-            out_kw[n] = values[n]
-        elif n in extra:
-            out_kw[n] = extra[n]
-        else:
-            return args, kwargs
+    positional, keyword_only, var = _parameters(impl.f_code)
+    values = impl.f_locals
+    if n_pos > len(positional) and var is None:
+        return args, kwargs
+    try:
+        out_args = [values[n] for n in positional[:n_pos]]
+        if n_pos > len(positional):
+            out_args.extend(values[var][: n_pos - len(positional)])
+        out_kw = {n: values[n] for n in names}
+    except (KeyError, TypeError):
+        return args, kwargs
     return tuple(out_args), out_kw
+
+
+def _drop_defaults(func: Any, kwargs: dict) -> dict:
+    """For ``f(*a, **k)`` calls: keep keywords whose value differs from the parameter's default."""
+    sig = _signature(func)
+    if sig is None:
+        return kwargs
+    out = {}
+    for k, v in kwargs.items():
+        p = sig.parameters.get(k)
+        if p is None or p.default is inspect.Parameter.empty or not _same(p.default, v):
+            out[k] = v
+    return out
 
 
 def _same(a: Any, b: Any) -> bool:

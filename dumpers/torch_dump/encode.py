@@ -43,7 +43,7 @@ class Encoder:
 
     def encode(self, value: Any, path: tuple, key: Optional[str] = None, depth: int = 0) -> Any:
         if isinstance(value, torch.Tensor):
-            item = self.batch.add(value)
+            item = self.batch.add(value, path[0] == "output" or value.requires_grad)
             if self.on_tensor is not None:
                 self.on_tensor(value, item, path)
             return item

@@ -22,7 +22,7 @@ from dumpers.journal import JournalWriter
 from dumpers.torch_dump import callargs
 from dumpers.torch_dump import stack as stacklib
 from dumpers.torch_dump.encode import Encoder
-from dumpers.torch_dump.stats import StatBatch, StatCache
+from dumpers.torch_dump.stats import StatBatch, StatCache, version_of
 from dumpers.torch_dump.writer import TensorWriter
 
 log = logging.getLogger("pytest_msprobe.dump")
@@ -231,15 +231,17 @@ class DumpSession:
             if len(full) > 4096 or len(name) > 255:
                 log.warning("msprobe dump: path too long, tensor file skipped: %s", name)
                 return
+            version = version_of(t)
             seen = saved.get(id(t))
-            if seen is not None and seen[0]() is t and seen[1] == t._version:
+            if seen is not None and version is not None and seen[0]() is t and seen[1] == version:
                 writer.submit(full, None, link_to=seen[2])
                 return
             copy = t.detach().clone(memory_format=torch.contiguous_format)
             writer.submit(full, copy)
-            if len(saved) > 65536:
-                saved.clear()
-            saved[id(t)] = (weakref.ref(t), t._version, full)
+            if path[0] == "output" and version is not None:   # fresh results only: see StatBatch.add
+                if len(saved) > 65536:
+                    saved.clear()
+                saved[id(t)] = (weakref.ref(t), version, full)
         return save
 
     def begin(self, key: str, args: tuple, kwargs: dict, skip_code: Any = None) -> Pending:

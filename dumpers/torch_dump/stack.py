@@ -8,26 +8,37 @@ from typing import Optional
 
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 _DUMPERS_DIR = os.path.dirname(_OWN_DIR)
-_LEADING_SKIP = (os.path.join("torch", "overrides.py"), os.path.join("torch", "utils", "_python_dispatch.py"))
+_LEADING_SKIP = (os.path.join("torch", "overrides.py"), os.path.join("torch", "utils", "_python_dispatch.py"),
+                 os.path.join("torch", "_jit_internal.py"))
 
 
 def capture(skip_code: Optional[object] = None) -> tuple:
     """The caller's stack as ``(file, line, function)`` tuples, innermost first.
 
-    Frames of the dumper itself are dropped everywhere; ``torch/overrides.py`` frames and the frame
-    of the API's own Python body (``skip_code``) are dropped while they are innermost, so the first
-    frame is the line that called the API.
+    Frames of the dumper itself are dropped everywhere; ``torch/overrides.py`` frames and frames of
+    the API's own Python implementation (``skip_code`` and its file) are dropped while they are
+    innermost, so the first frame is the line that called the API.
     """
     frame = sys._getframe(1)
     out = []
     leading = True
+    skip_files = {getattr(skip_code, "co_filename", None)}
+    impl_pending = True
     while frame is not None:
         code = frame.f_code
         name = code.co_filename
         if name.startswith(_OWN_DIR):
             frame = frame.f_back
             continue
-        if leading and (code is skip_code or name.endswith(_LEADING_SKIP)):
+        if leading and name.endswith(_LEADING_SKIP):
+            frame = frame.f_back
+            continue
+        if leading and skip_code is not None and impl_pending:
+            # a Python-level API: the function that dispatched to the mode is its implementation;
+            # frames of its file (and of the public wrapper) are the API itself, not its caller
+            impl_pending = False
+            skip_files.add(name)
+        if leading and (code is skip_code or name in skip_files):
             frame = frame.f_back
             continue
         leading = False

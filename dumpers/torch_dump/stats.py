@@ -20,6 +20,11 @@ _CACHED_KEYS = ("Max", "Min", "Mean", "Norm", "Max_except_inf_nan", "Min_except_
 _STAT_NONE = {"Max": None, "Min": None, "Mean": None, "Norm": None}
 
 
+def version_of(t: torch.Tensor) -> Optional[int]:
+    """The tensor's version counter; None for inference tensors, which have none (never cached)."""
+    return None if t.is_inference() else t._version
+
+
 def _kind(t: torch.Tensor) -> str:
     if t.is_meta or t.numel() == 0:
         return "empty"
@@ -103,11 +108,13 @@ class StatCache:
         if hit is None:
             return None
         ref, version, stats = hit
-        if ref() is not t or t._version != version:
+        if ref() is not t or version_of(t) != version:
             return None
         return stats
 
-    def put(self, t: torch.Tensor, version: int, stats: dict) -> None:
+    def put(self, t: torch.Tensor, version: Optional[int], stats: dict) -> None:
+        if version is None:
+            return
         if len(self._entries) >= self._limit:
             self._entries.clear()
         try:
@@ -129,8 +136,14 @@ class StatBatch:
         self.cache = cache
         self.pending: list = []
 
-    def add(self, t: torch.Tensor) -> dict:
-        """The JSON item for ``t`` (type, dtype, shape, stats placeholders, requires_grad)."""
+    def add(self, t: torch.Tensor, cacheable: bool = False) -> dict:
+        """The JSON item for ``t`` (type, dtype, shape, stats placeholders, requires_grad).
+
+        ``cacheable``: ``t`` was just produced by a recorded call (an output) or takes part in autograd
+        (``requires_grad``: kernels cannot change those behind the version counter). Other inputs may
+        be buffers that kernels update without bumping the version (BatchNorm's running statistics),
+        so their statistics are never reused.
+        """
         item = {"type": fmt.TORCH_TENSOR_TYPE, "dtype": str(t.dtype), "shape": list(t.shape)}
         cached = self.cache.get(t) if self.cache is not None else None
         if cached is not None:
@@ -149,7 +162,7 @@ class StatBatch:
         data = t.detach()
         if data.layout != torch.strided:
             data = data.to_dense()
-        self.pending.append((item, kind, data, _reductions(data, kind), t, t._version))
+        self.pending.append((item, kind, data, _reductions(data, kind), t if cacheable else None, version_of(t)))
         return item
 
     def resolve(self) -> None:
@@ -190,7 +203,7 @@ class StatBatch:
             else:
                 numbers = [host[key[0]][offsets[key] + i] for key, i in item_slots]
             self._fill(item, kind, data, numbers)
-            if cache is not None:
+            if cache is not None and t is not None:
                 cache.put(t, version, {k: item[k] for k in _CACHED_KEYS if k in item})
         self.pending.clear()
 

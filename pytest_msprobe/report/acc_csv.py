@@ -254,6 +254,34 @@ def keep_apis(result_path: str, details_path: str | None, keep: set[str]) -> Non
             _rewrite(details_path, [header] + kept)
 
 
+def sort_apis(result_path: str, details_path: str | None, order: dict) -> None:
+    """Rewrite the pair atomically with the APIs of ``order`` (name -> position, e.g. dump order) sorted by
+    it, after the rows of APIs not in ``order`` (kept in file order). Each API's details rows stay
+    together. Used when parallel workers wrote rows in completion order."""
+    details_path = details_path or details_path_for(result_path)
+
+    def key(pos_name: tuple) -> tuple:
+        pos, name = pos_name
+        return (1, order[name], pos) if name in order else (0, 0, pos)
+
+    rows = _read_rows(result_path)
+    if len(rows) > 2:
+        body = sorted(((i, r[0]) for i, r in enumerate(rows[1:])), key=key)
+        _rewrite(result_path, [rows[0]] + [rows[1 + i] for i, _ in body])
+    if os.path.exists(details_path):
+        rows = _read_rows(details_path)
+        groups: list = []            # [api, [rows]] for each run of consecutive rows of one API
+        for r in rows[1:]:
+            api = api_of_output(r[0]) if r else ""
+            if groups and groups[-1][0] == api:
+                groups[-1][1].append(r)
+            else:
+                groups.append([api, [r]])
+        ordered = sorted(((i, g[0]) for i, g in enumerate(groups)), key=key)
+        if rows:
+            _rewrite(details_path, [rows[0]] + [r for i, _ in ordered for r in groups[i][1]])
+
+
 def finished_apis(result_path: str, *, include_failing: bool, fail_on: str = "error") -> set[str]:
     """APIs with a result row (optionally leaving out failing ones, which a ``--lf`` run repeats)."""
     if not os.path.exists(result_path):
