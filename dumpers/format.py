@@ -59,10 +59,8 @@ class EntryName:
     @property
     def api_call(self) -> str:
         """``{Prefix}.{api}.{index}``: the name shared by a call's forward and backward entries."""
-        if self.kind == "api":
-            return f"{self.prefix}.{self.api}.{self.index}"
-        if self.kind == "jit" and self.index is None:
-            return f"{self.prefix}.{self.api}"
+        if self.kind in ("api", "jit"):
+            return f"{self.prefix}.{self.api}" if self.index is None else f"{self.prefix}.{self.api}.{self.index}"
         return self.key.rsplit(".", 2)[0] if self.kind == "module" else self.key
 
 
