@@ -215,6 +215,10 @@ def _fill_float(rng, spec: TensorSpec, dt: DtypeInfo, params: GenParams) -> np.n
     out = np.empty(n, dtype=np.dtype(dt.numpy))
     if n == 0:
         return out.reshape(spec.shape)
+    raw_lo, raw_hi = _num(spec.min), _num(spec.max)
+    if raw_lo == math.inf or raw_hi == -math.inf:      # Min = +inf or Max = -inf: every element is that infinity
+        out.fill(raw_lo if raw_lo == math.inf else raw_hi)
+        return out.reshape(spec.shape)
     lo, hi = finite_bounds(spec, dt)
     k = max(n - 2, 0)
     if k:
@@ -223,9 +227,9 @@ def _fill_float(rng, spec: TensorSpec, dt: DtypeInfo, params: GenParams) -> np.n
         if params.edge_values:
             _apply_edges(rng, x, edge_candidates(dt, lo, hi))
         out[1:-1] = x
-    raw_lo, raw_hi = _num(spec.min), _num(spec.max)
-    first = raw_lo if raw_lo is not None and not math.isnan(raw_lo) else lo
-    last = raw_hi if raw_hi is not None and not math.isnan(raw_hi) else hi
+    # recorded infinities go back in as they were; finite extremes as clamped into the dtype's range
+    first = raw_lo if raw_lo is not None and math.isinf(raw_lo) else lo
+    last = raw_hi if raw_hi is not None and math.isinf(raw_hi) else hi
     out[0] = first
     out[-1] = last
     if any(v is not None and math.isnan(v) for v in (raw_lo, raw_hi)):

@@ -297,13 +297,12 @@ def _run(case: Any, inputs: Any, backend: Any, device_index: int, options: RunOp
 
     # bench: CPU, raised precision, never through a backend
     target = raise_target(args, kwargs, api)
+    # (an ``out=`` tensor is copied like the others, so the two sides never write into one tensor)
     bench_args = [_map(lambda x: _copy_tensor(x, target, api, torch), a) for a in args]
-    bench_kwargs = {k: (v if k == "out" else _map(lambda x: _copy_tensor(x, target, api, torch), v))
-                    for k, v in kwargs.items()}
+    bench_kwargs = {k: _map(lambda x: _copy_tensor(x, target, api, torch), v) for k, v in kwargs.items()}
     # device: same values, own dtype, moved by the backend
     dev_args = [_map(lambda x: _copy_tensor(x, None, api, torch), a) for a in args]
-    dev_kwargs = {k: (v if k == "out" else _map(lambda x: _copy_tensor(x, None, api, torch), v))
-                  for k, v in kwargs.items()}
+    dev_kwargs = {k: _map(lambda x: _copy_tensor(x, None, api, torch), v) for k, v in kwargs.items()}
     dev_args = list(backend.to_device(dev_args, device_index))
     dev_kwargs = dict(backend.to_device(dev_kwargs, device_index))
     if want_backward:

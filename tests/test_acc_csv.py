@@ -137,3 +137,16 @@ def test_not_a_result_csv_is_refused(tmp_path):
     p.write_text("foo,bar\n1,2\n")
     with pytest.raises(ValueError, match="not an accuracy_checking_result CSV"):
         acc_csv.read_result_csv(str(p))
+
+
+def test_sort_apis_restores_dump_order_keeping_groups(tmp_path):
+    res, det = acc_csv.csv_paths(str(tmp_path), "20260101000000")
+    with acc_csv.AccCsvWriter(res, det) as w:
+        for name in ("Old.x.0", "C.c.0", "A.a.0", "B.b.0"):
+            w.write_api(acc_csv.result_cells(name, "pass", None, None),
+                        [acc_csv.detail_cells(_pass_row(f"{name}.forward.output.{i}")) for i in range(2)])
+    acc_csv.sort_apis(res, det, {"A.a.0": 0, "B.b.0": 1, "C.c.0": 2})
+    assert [r.name for r in acc_csv.read_result_csv(res)] == ["Old.x.0", "A.a.0", "B.b.0", "C.c.0"]
+    names = [r[0] for r in acc_csv.read_details_csv(det)[1]]
+    assert names == [f"{a}.forward.output.{i}" for a in ("Old.x.0", "A.a.0", "B.b.0", "C.c.0") for i in range(2)]
+    assert _read_bytes(res).count(b"\xef\xbb\xbf") == 1

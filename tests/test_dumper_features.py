@@ -378,3 +378,26 @@ def test_inference_mode_tensors(tmp_path):
 
     data, _ = dump_once(tmp_path, run, task="tensor")
     assert list(data) == ["Torch.relu.0.forward", "Tensor.add_.0.forward"]
+
+
+def test_module_scope_range(tmp_path):
+    net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"dump_path": str(tmp_path / "d"), "level": "mix", "statistics": {
+        "scope": ["Module.1.ReLU.forward.0", "Module.2.Linear.forward.0"], "data_mode": ["forward"]}}))
+    data, _ = dump_once(tmp_path / "d", lambda: net(torch.randn(4, 3)), config_path=str(cfg), model=net)
+    assert list(data) == ["Functional.relu.0.forward", "Module.1.ReLU.forward.0", "Functional.linear.1.forward",
+                          "Module.2.Linear.forward.0"]
+    construct = load(tmp_path / "d", name="construct.json")
+    assert construct["Functional.linear.0.forward"] == "Module.0.Linear.forward.0"   # filtered names stay
+
+
+def test_methods_work_on_the_class_like_msprobe(tmp_path):
+    with pytest.raises(RuntimeError, match="constructed"):
+        PrecisionDebugger.start()
+    PrecisionDebugger(dump_path=str(tmp_path))
+    PrecisionDebugger.start()
+    torch.exp(torch.ones(2))
+    PrecisionDebugger.stop()
+    PrecisionDebugger.step()
+    assert list(load(tmp_path)["data"]) == ["Torch.exp.0.forward"]

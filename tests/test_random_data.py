@@ -205,3 +205,14 @@ def test_undecodable_values_are_input_errors(tmp_path, value, match):
     case = one_call_dump(tmp_path, "Torch.sum.0", [t(), value])
     with pytest.raises(InputError, match=rf"argument\[1\].*{match}.*cannot be decoded"):
         build_inputs(case)
+
+
+def test_statistics_beyond_the_dtype_range_are_clamped():
+    with np.errstate(over="raise"):
+        array = generate(TensorSpec("float16", (10,), -1e10, 1e10), np.random.default_rng(0))
+    assert array[0] == -65504.0 and array[-1] == 65504.0 and np.all(np.isfinite(array))
+
+
+def test_all_infinite_tensor():
+    array = generate(TensorSpec("float32", (5,), math.inf, math.inf), np.random.default_rng(0))
+    assert np.all(array == math.inf)

@@ -77,12 +77,22 @@ def test_bench_is_raised_and_device_keeps_dtype():
     assert r.forward in ("pass", "Warning") and r.backward in ("pass", "Warning")
 
 
+class _Scaled(CpuBackend):
+    def call(self, func, args, kwargs):
+        out = func(*args, **kwargs)
+        return out.mul_(1.5)
+
+
 def test_out_kwarg_and_repeat_interleave_skip_backward_with_message():
     a, b = torch.ones(4), torch.ones(4)
     c = case("Torch.add.0", args_info=[{"requires_grad": True}, {}])
     r = run(c, inputs([a, b], {"out": torch.empty(4)}, grad=torch.ones(4)))
     assert r.forward == "pass" and r.backward == "SKIP" and r.message == runner.OUT_KWARG_MESSAGE
     assert r.details[-1].name == "Torch.add.0.backward.output.0" and r.details[-1].status == "SKIP"
+    out = torch.zeros(4)
+    r = runner.run_with_inputs(c, inputs([a, b], {"out": out}), _Scaled(), 0, runner.RunOptions(),
+                               mode=runner.REAL_DATA, seed=1)
+    assert r.forward == "error" and out.abs().sum() == 0       # each side wrote its own copy of out
     c = case("Torch.repeat_interleave.0", args_info=[{"requires_grad": True}], backward=False)
     r = run(c, inputs([torch.arange(4.0), 2]))
     assert r.message == runner.NO_BACKWARD_MESSAGE and r.details[-1].message == runner.NO_BACKWARD_MESSAGE

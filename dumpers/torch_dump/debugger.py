@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 from typing import Any, Optional
@@ -40,6 +41,26 @@ def current_rank() -> Optional[int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
     return None
+
+
+class _on_singleton:
+    """A method callable on the instance or on the class (msprobe style: ``PrecisionDebugger.start()``)."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj: Any, cls: Any) -> Any:
+        if obj is None:
+            obj = cls._instance
+            if obj is None or not getattr(obj, "_initialized", False):
+                name = self.fn.__name__
+
+                def not_built(*args: Any, **kwargs: Any) -> None:
+                    raise RuntimeError(f"PrecisionDebugger.{name}() was called before PrecisionDebugger(...) was "
+                                       f"constructed; build the debugger first")
+                return not_built
+        return self.fn.__get__(obj, cls)
 
 
 class PrecisionDebugger:
@@ -111,6 +132,7 @@ class PrecisionDebugger:
             inst.close()
 
     # --- lifecycle -----------------------------------------------------------------------------
+    @_on_singleton
     def start(self, model: Optional[torch.nn.Module] = None) -> None:
         """Switch the dump on for the current step (no-op for unselected steps and ranks)."""
         s = self.session
@@ -162,6 +184,7 @@ class PrecisionDebugger:
             self._dist.remove()
             self._dist = None
 
+    @_on_singleton
     def stop(self) -> None:
         """Switch the dump off and write dump.json, stack.json and construct.json of the step."""
         if self.gradient_monitor is not None:
@@ -176,6 +199,7 @@ class PrecisionDebugger:
         if was_on or s.dir is not None:
             s.write_files()
 
+    @_on_singleton
     def step(self) -> None:
         """Advance the step counter; call counters restart. A step still on is written first."""
         s = self.session
@@ -185,11 +209,13 @@ class PrecisionDebugger:
             self.stop()
         s.next_step()
 
+    @_on_singleton
     def forward_backward_dump_end(self) -> None:
         """API calls after this point are neither dumped nor counted; backward and module hooks still record."""
         if self.session is not None:
             self._remove_api_capture()
 
+    @_on_singleton
     def monitor(self, model: Any) -> None:
         """grad_probe: start monitoring ``model``'s gradients (a no-op for other tasks)."""
         if self.gradient_monitor is not None:

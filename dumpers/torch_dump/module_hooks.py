@@ -75,7 +75,7 @@ class ModuleHooks:
         s.busy = True
         try:
             s.scope_starts(key)
-            pending = s.begin(key, args, kwargs)
+            pending = s.begin(key, args, kwargs, module=True)
             params = None
             if pending.record:
                 params = {n: pending.enc.encode(p, ("parameters", n))
@@ -98,6 +98,7 @@ class ModuleHooks:
         pending, params = top
         if s.parents and s.parents[-1] == pending.key:
             s.parents.pop()
+        s.scope_ends(pending.key)
         if not self._active():
             return
         s.busy = True

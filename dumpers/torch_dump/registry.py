@@ -10,6 +10,7 @@ the way msprobe, which wraps the dunders themselves, names them.
 from __future__ import annotations
 
 import dis
+import operator
 import os
 import sys
 import types
@@ -22,6 +23,10 @@ from dumpers.torch_dump import wrap_lists
 ApiName = tuple  # (prefix, api)
 
 _SKIP_FRAME_FILES = ("torch/overrides.py", "torch/_tensor.py", "torch\\overrides.py", "torch\\_tensor.py")
+# the operator module's functions for every Python operator (they call the same Tensor slots)
+_OPERATOR_FUNCTIONS = ("add", "and_", "floordiv", "lshift", "matmul", "mul", "mod", "or_", "pow", "rshift", "sub",
+                       "truediv", "xor", "eq", "ne", "lt", "le", "gt", "ge", "iadd", "iand", "ifloordiv",
+                       "ilshift", "imatmul", "imul", "imod", "ior", "ipow", "irshift", "isub", "itruediv", "ixor")
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 _NAME_LOADS = ("LOAD_FAST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW")
 _CONST_LOADS = ("LOAD_CONST", "LOAD_SMALL_INT")
@@ -93,24 +98,15 @@ class ApiRegistry:
         b = torch.ones(2, 2)
         ai = torch.ones(2, 2, dtype=torch.int64)
         bi = torch.ones(2, 2, dtype=torch.int64)
-        exprs = [f"x {op} y" for op in wrap_lists.BINARY_OPERATORS if not op.endswith("=")]
-        exprs += [f"x {op} y" for op in wrap_lists.COMPARE_OPERATORS]
-        exprs += ["-x", "~y", "+x"]
-        for expr in exprs:
+        binary = [getattr(operator, name) for name in _OPERATOR_FUNCTIONS]
+        unary = [operator.neg, operator.invert, operator.pos]
+        for op in binary + unary:
             for x, y in ((a, b), (ai, bi)):
+                operands = (y,) if op is operator.invert else (x,) if op in unary else (x.clone(), y)
                 seen.clear()
                 try:
                     with _Probe():
-                        eval(expr, {}, {"x": x, "y": y})
-                except Exception:
-                    pass
-                self._note_operator(seen)
-        for op in [op for op in wrap_lists.BINARY_OPERATORS if op.endswith("=")]:
-            for x, y in ((a.clone(), b), (ai.clone(), bi)):
-                seen.clear()
-                try:
-                    with _Probe():
-                        exec(f"x {op} y", {}, {"x": x, "y": y})
+                        op(*operands)
                 except Exception:
                     pass
                 self._note_operator(seen)

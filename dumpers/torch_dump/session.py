@@ -182,18 +182,26 @@ class DumpSession:
         self.on = False
 
     # --- filters and structure -------------------------------------------------------------------
-    def wanted(self, key: str) -> bool:
-        """list (substring) and scope (range) filters for one entry key."""
+    def wanted(self, key: str, closes: bool = True) -> bool:
+        """list (substring) and scope (range) filters for one entry key.
+
+        ``closes=False`` for a module's start: a module range ends at the module's end
+        (:meth:`scope_ends`), after its inner calls.
+        """
         if self.api_list and not any(s in key for s in self.api_list):
             return False
         if self.scope:
             if key == self.scope[0]:
                 self._scope_on = True
             on = self._scope_on
-            if key == self.scope[-1]:
-                self._scope_on = False
+            if closes:
+                self.scope_ends(key)
             return on
         return True
+
+    def scope_ends(self, key: str) -> None:
+        if self.scope and key == self.scope[-1]:
+            self._scope_on = False
 
     def scope_starts(self, key: str) -> None:
         """A module range starts at the module's own start (before its inner calls)."""
@@ -219,10 +227,11 @@ class DumpSession:
         return idx
 
     # --- recording -------------------------------------------------------------------------------
-    def _tensor_hook(self, key: str) -> Optional[Callable]:
+    def _tensor_hook(self, key: str, dedupe: bool = True) -> Optional[Callable]:
         if not self.tensor_task:
             return None
-        tdir, writer, saved = self.tensor_dir, self.writer, self._saved
+        tdir, writer = self.tensor_dir, self.writer
+        saved = self._saved if dedupe else {}
 
         def save(t: torch.Tensor, item: dict, path: tuple) -> None:
             name = fmt.data_name(key, path[0], path[1:], ".pt")
@@ -244,15 +253,20 @@ class DumpSession:
                 saved[id(t)] = (weakref.ref(t), version, full)
         return save
 
-    def begin(self, key: str, args: tuple, kwargs: dict, skip_code: Any = None) -> Pending:
-        """Start recording a forward call: filters, construct node, input summaries, stack."""
+    def begin(self, key: str, args: tuple, kwargs: dict, skip_code: Any = None, module: bool = False,
+              use_cache: bool = True) -> Pending:
+        """Start recording a forward call: filters, construct node, input summaries, stack.
+
+        ``use_cache=False`` for collectives: they write into their arguments through c10d, which need
+        not bump the version counter, so no statistics of theirs are reused or remembered.
+        """
         parent = self.parent()
-        record = self.wanted(key) and (self.fwd_in or self.fwd_out)
+        record = self.wanted(key, closes=not module) and (self.fwd_in or self.fwd_out)
         batch = enc = sid = None
         entry: dict = {}
         if record:
-            batch = StatBatch(self.md5, self.cache)
-            enc = Encoder(batch, self._tensor_hook(key))
+            batch = StatBatch(self.md5, self.cache if use_cache else None)
+            enc = Encoder(batch, self._tensor_hook(key, dedupe=use_cache))
             if self.fwd_in:
                 entry["input_args"] = enc.args(args)
                 entry["input_kwargs"] = enc.kwargs(kwargs)
@@ -333,7 +347,7 @@ class DumpSession:
             if isinstance(func, types.FunctionType):
                 rec_args, rec_kwargs = callargs.as_written(func, args, kwargs, prefix == "Tensor")
             pending = self.begin(f"{base}.{idx}.{fmt.FORWARD}", rec_args, rec_kwargs,
-                                 getattr(func, "__code__", None))
+                                 getattr(func, "__code__", None), use_cache=not collective)
         except Exception as exc:  # noqa: BLE001 - the dumper must never break training
             self._internal_error(exc)
         if collective:
