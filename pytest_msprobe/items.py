@@ -61,8 +61,30 @@ class ApiItem(pytest.Item):
         seed_note = f" (random data, seed {result.seed})" if result.data_mode == "random_data" else ""
         if result.skipped:
             pytest.skip(f"{result.message}{seed_note}")
-        if result.failing(sess.settings.fail_on):
+        if sess.settings.gpu_csv:
+            self._judge_against_gpu(sess, result, seed_note)
+        elif result.failing(sess.settings.fail_on):
             raise ApiFailure(describe(result, seed_note))
+
+    def _judge_against_gpu(self, sess: Any, result: CaseResult, seed_note: str) -> None:
+        """With --msprobe-gpu-csv the NPU-vs-GPU compare decides the item (msprobe's final verdict)."""
+        gpu = sess.gpu_reference()
+        rows = self.user_properties[-1][1]["details"]
+        if not rows:      # dropout-like APIs have no details rows: their own rule decides (spec 3.5)
+            if result.failing(sess.settings.fail_on):
+                raise ApiFailure(describe(result, seed_note))
+            return
+        verdict = gpu.judge(self.name, rows)
+        if verdict is None:
+            pytest.skip(f"NPU-vs-GPU compare: {self.name} has no rows in {sess.settings.gpu_csv}")
+        bad = {"error", "warning"} if sess.settings.fail_on == "warning" else {"error"}
+        statuses = [str(s or "").strip().lower() for s in (verdict.forward, verdict.backward)]
+        if any(s in bad for s in statuses):
+            raise ApiFailure(f"NPU-vs-GPU compare: forward {verdict.forward}, backward {verdict.backward or '-'}"
+                             f"{(': ' + verdict.message.strip()) if verdict.message.strip() else ''}\n"
+                             f"device vs bench: {describe(result, seed_note)}")
+        if all(s == "skip" for s in statuses if s):
+            pytest.skip(f"NPU-vs-GPU compare: SKIP {verdict.message.strip()}")
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
         if isinstance(excinfo.value, ApiFailure):

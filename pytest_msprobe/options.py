@@ -132,8 +132,8 @@ def add_options(parser: Any) -> None:
     g.addoption("--msprobe-edge-values", action="store_true", default=False,
                 help="random-data mode: add subnormals, signed zeros, near-max values and ties")
     g.addoption("--msprobe-gpu-csv", type=existing_file, default=None, metavar="DETAILS_CSV",
-                help="GPU accuracy_checking_details CSV: after the run, api_precision_compare our details "
-                     "against it; its verdict decides the exit status")
+                help="GPU accuracy_checking_details CSV: each API passes or fails by api_precision_compare of "
+                     "its rows against the GPU's (msprobe's final verdict); the compare CSVs are written at the end")
     g.addoption("--msprobe-precision", type=positive_int, default=None, metavar="N",
                 help="decimals of float cells in the CSVs (default 14, as msprobe)")
     parser.addini("msprobe_out", "directory of the accuracy-check CSVs", default=None)

@@ -204,7 +204,8 @@ class CsvReporter:
         if self.modes:
             lines.append("data: " + _counts(self.modes))
         if self.worst:
-            lines.append(f"failing APIs ({len(self.worst)}):")
+            lines.append(f"APIs failing device vs bench ({len(self.worst)}; the NPU-vs-GPU compare below decides):"
+                         if self.settings.gpu_csv else f"failing APIs ({len(self.worst)}):")
             for row, reason in self.worst[:10]:
                 lines.append(f"  {row}: {reason}")
             if len(self.worst) > 10:

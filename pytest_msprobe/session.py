@@ -40,6 +40,14 @@ class CheckSession:
         self.dump_files: set = set()          # real paths of the dump.json files being checked
         self.dump_paths: list = []            # the same, as given, in order
         self._cases: dict | None = None
+        self._gpu: Any = None
+
+    def gpu_reference(self) -> Any:
+        """The ``--msprobe-gpu-csv`` rows, read once per process (None without the option)."""
+        if self._gpu is None and self.settings.gpu_csv:
+            from .gpu_reference import GpuReference
+            self._gpu = GpuReference(self.settings.gpu_csv, self.settings.standard)
+        return self._gpu
 
     # --- devices ----------------------------------------------------------------------------------------
     def registry(self) -> Any:

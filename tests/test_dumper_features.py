@@ -401,3 +401,15 @@ def test_methods_work_on_the_class_like_msprobe(tmp_path):
     PrecisionDebugger.stop()
     PrecisionDebugger.step()
     assert list(load(tmp_path)["data"]) == ["Torch.exp.0.forward"]
+
+
+def test_parameters_changed_through_data_are_summarised_afresh_each_step(tmp_path):
+    lin = torch.nn.Linear(2, 2)
+    x = torch.randn(3, 2)
+    dbg = PrecisionDebugger(dump_path=str(tmp_path))
+    for _ in range(2):
+        with dbg:
+            lin(x)
+        lin.weight.data.mul_(2.0)          # old-style update: the parameter's version counter does not move
+    maxima = [load(tmp_path, s)["data"]["Functional.linear.0.forward"]["input_args"][1]["Max"] for s in (0, 1)]
+    assert maxima[1] == pytest.approx(2 * maxima[0])

@@ -154,6 +154,23 @@ def test_gpu_csv_compare_decides_exit_status(project):
     res.stdout.fnmatch_lines(["*api_precision_compare against*1 error; this verdict decides the exit status*",
                               "*compare error: Functional.gelu.0*"])
     assert glob.glob(str(project.path / "api_precision_compare_result_*.csv"))
+    # the items follow the compare: only the perturbed API fails, with the compare's reason
+    res.assert_outcomes(failed=1, passed=14)
+    res.stdout.fnmatch_lines(["*FAILED*Functional.gelu.0*NPU-vs-GPU compare: forward error*"])
+
+
+def test_gpu_csv_judges_items_by_the_compare_not_the_raw_status(project):
+    """An API worse than the bench but exactly as bad as the GPU passes under --msprobe-gpu-csv."""
+    project.mkdir("gpu")
+    project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-out", "gpu",
+                      "--msprobe-device-type", "planted")
+    gpu_details = glob.glob(str(project.path / "gpu" / "accuracy_checking_details_*.csv"))[0]
+    raw = project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type", "planted")
+    raw.assert_outcomes(failed=1, passed=14)
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type", "planted",
+                            "--msprobe-gpu-csv", gpu_details)
+    res.assert_outcomes(passed=15)
+    assert res.ret == 0
 
 
 # --- random data, several Hypothesis examples -------------------------------------------------------------

@@ -113,6 +113,9 @@ class DumpSession:
         self.counters.clear()
         self.parents.clear()
         self.forward_parent.clear()
+        # statistics are reused within a step only: code that updates parameters through ``p.data``
+        # (old-style optimizers) changes them without bumping their version counter
+        self.cache.clear()
         self._reset_step_state()
 
     # --- files -----------------------------------------------------------------------------------

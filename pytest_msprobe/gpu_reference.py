@@ -1,0 +1,40 @@
+"""Per-item NPU-vs-GPU verdicts for ``--msprobe-gpu-csv``.
+
+The GPU details CSV is an input of the run, so each item is judged against it as soon as its own rows
+exist: the item's pass/fail is the compare's verdict for that API, not the raw device-vs-bench status.
+The session end still writes the two ``api_precision_compare_*`` CSVs for the whole run.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from .report.apc import _OUTPUT_NAME, ApiVerdict, DetailsTable, compare_tables, read_details
+from .report.columns import DETAILS_HEADER
+
+
+class GpuReference:
+    """The GPU details rows of one run, grouped by API call, and the compare of one API against them."""
+
+    def __init__(self, path: str, version: str) -> None:
+        self.table = read_details(path, "GPU")
+        self.version = version
+        self.by_call: dict = {}
+        for row in self.table.rows:
+            m = _OUTPUT_NAME.match(row["API Name"].strip())
+            if m is not None:
+                self.by_call.setdefault(m.group("call"), []).append(row)
+
+    def judge(self, call: str, detail_rows: list) -> Optional[ApiVerdict]:
+        """The compare's verdict for ``call`` from our formatted details rows; None if the GPU has no rows."""
+        gpu_rows = self.by_call.get(call)
+        if not gpu_rows:
+            return None
+        npu = DetailsTable(Path("<this run>"), "NPU",
+                           rows=[dict(zip(DETAILS_HEADER, cells[:len(DETAILS_HEADER)])) for cells in detail_rows])
+        gpu = DetailsTable(self.table.path, "GPU", rows=gpu_rows, kinds=self.table.kinds)
+        _, results = compare_tables(npu, gpu, version=self.version)
+        for verdict in results:
+            if verdict.name == call:
+                return verdict
+        return None
