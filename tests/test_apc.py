@@ -314,7 +314,7 @@ class TestRowHandling:
 
     def test_blank_needed_cell_skips_row_not_api(self, tmp_path):
         npu = [row("Tensor.__add__.0.forward.output.0", **{"inf/nan错误率": 0, "相对误差错误率": 0}),
-               row("Tensor.__add__.0.forward.output.1", **{"inf/nan错误率": 0, "相对误差错误率": 0, "绝对误差错误率": 0})]
+               row("Tensor.__add__.0.forward.output.1", **{"inf/nan错误率": 0, "相对误差错误率": 0, "绝对误差错误率": 0})]  # noqa: E501
         out = self.compare(tmp_path, npu, npu)
         d = details(out)
         assert d["Tensor.__add__.0.forward.output.0"]["Message"] == (
@@ -367,7 +367,7 @@ SPEC_GPU = ("Functional.gelu.0.forward.output.0,torch.float32,torch.float16,\"(8
             " , , ,pass,")
 SPEC_DETAILS = ("Functional.gelu.0.forward.output.0,{sv},pass,8.96949909575680,error,{maxrel},error,"
                 "10.48447037440000,error,720.00000000000000,error, , , , , , , , , , , , , , ,error,标杆比对法,"
-                "\"ERROR: 均方根误差比值超过阈值\nERROR: 相对误差最大值比值超过阈值\nERROR: 相对误差平均值比值超过阈值\n\"\r\n")
+                "\"ERROR: 均方根误差比值超过阈值\nERROR: 相对误差最大值比值超过阈值\nERROR: 相对误差平均值比值超过阈值\n\"\r\n")  # noqa: E501
 
 
 @pytest.mark.parametrize("version,sv,maxrel", [

@@ -24,7 +24,7 @@ def pair(tmp_path, data_dir):
     for line in text.split("\r\n"):
         if line.startswith("Functional.gelu.0."):
             cells = line.split(",")
-            for i in (12, 13, 14, 15):          # 均方根误差, 小值域错误占比, 相对误差最大值/平均值 (after the quoted shape)
+            for i in (12, 13, 14, 15):          # 均方根误差, 小值域错误占比, 相对误差最大值/平均值 (after the quoted shape)  # noqa: E501
                 if cells[i].strip():
                     cells[i] = f"{float(cells[i]) * 1e5:.14f}"
             line = ",".join(cells)
