@@ -47,6 +47,11 @@ def pytest_configure(config: Any) -> None:
     sess.dump_paths = files
     config.stash[SESSION_KEY] = sess
     try:
+        if files:
+            sess.cases_of(files[0])     # loads every dump once: a file unreadable as a whole is a usage error
+    except Exception as exc:  # noqa: BLE001 - DumpError, or anything else a damaged file raises
+        raise pytest.UsageError(f"--msprobe-api-info: {exc}") from None
+    try:
         backend, _ = sess.backend()
     except ValueError as exc:
         raise pytest.UsageError(f"--msprobe-device-type: {exc}") from None
