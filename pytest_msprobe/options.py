@@ -164,14 +164,18 @@ def read_config_section(path: str) -> dict:
     """
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
-    try:
-        if path.endswith((".yaml", ".yml")):
-            import yaml
-            data = yaml.safe_load(text)
-        else:
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+        try:
+            data = yaml.safe_load(text)       # plain data only: object tags (!!python/...) are refused
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not valid YAML, or it uses a tag other than plain data "
+                             f"({' '.join(str(exc).split())})") from None
+    else:
+        try:
             data = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"{path}: not valid JSON/YAML ({exc})") from None
+        except ValueError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise TypeError(f"{path}: the top level must be an object with an 'acc_check' or 'run_ut' key")
     section = data.get("acc_check", data.get("run_ut", {}))

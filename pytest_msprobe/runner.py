@@ -260,7 +260,7 @@ def run_with_inputs(case: Any, inputs: Any, backend: Any, device_index: int, opt
     if options.error_data_dir and result.failing("warning"):
         try:
             save_error_data(options.error_data_dir, name, saved)
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:     # RuntimeError: torch.save's writer (disk full)
             result.note += f"\ncould not save error data to {options.error_data_dir}: {exc}"
     return result
 
@@ -436,15 +436,18 @@ def save_error_data(directory: str, name: str, saved: dict) -> list:
     args then kwargs without restarting, so nothing is overwritten. Returns the written paths."""
     torch = _torch()
     os.makedirs(directory, mode=0o750, exist_ok=True)
+    flat = name.replace("/", "_").replace("\\", "_")    # "step0/rank::Functional.gelu.0": one file, no subdirs
     written = []
     for role, value in saved.items():
         leaves: list = []
         _leaves(value, leaves, torch)
         for k, leaf in enumerate(leaves):
             if isinstance(leaf, torch.Tensor):
-                path = os.path.join(directory, f"{name}.{role}.{k}.pt")
-                torch.save(leaf.detach().cpu().contiguous(), path)
-                os.chmod(path, 0o640)
+                path = os.path.join(directory, f"{flat}.{role}.{k}.pt")
+                # created 0o640 through the umask (a chmod after the fact would widen a stricter umask)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+                with os.fdopen(fd, "wb") as fh:
+                    torch.save(leaf.detach().cpu().contiguous(), fh)
                 written.append(path)
     return written
 
