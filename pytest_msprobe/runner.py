@@ -434,8 +434,9 @@ def _run_examples(case: Any, backend: Any, device_index: int, options: RunOption
 def save_error_data(directory: str, name: str, saved: dict) -> list:
     """``torch.save`` every tensor of a failing API as ``{name}.{role}.{k}.pt`` (spec 7.3), numbering
     args then kwargs without restarting, so nothing is overwritten. Returns the written paths."""
+    from .report.acc_csv import make_dirs
     torch = _torch()
-    os.makedirs(directory, mode=0o750, exist_ok=True)
+    make_dirs(directory)
     flat = name.replace("/", "_").replace("\\", "_")    # "step0/rank::Functional.gelu.0": one file, no subdirs
     written = []
     for role, value in saved.items():

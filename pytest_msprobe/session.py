@@ -77,7 +77,16 @@ class CheckSession:
             ids = self.settings.devices or list(range(max(1, backend.device_count())))
             self._device_index = device_for_worker(self.worker_id, ids)
             self._backend = backend
+            self._share_cpu_threads()
         return self._backend, self._device_index
+
+    def _share_cpu_threads(self) -> None:
+        """Under xdist, split the CPU's cores between the workers: the bench (and a cpu backend) run on
+        the CPU, and N workers each using every core only fight over them."""
+        workers = int(getattr(self.config, "workerinput", {}).get("workercount", 1) or 1)
+        if workers > 1:
+            import torch
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
     # --- running ----------------------------------------------------------------------------------------
     def run_options(self, dump_path: str) -> RunOptions:

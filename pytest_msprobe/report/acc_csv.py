@@ -29,6 +29,7 @@ DETAILS_PREFIX = "accuracy_checking_details_"
 RESULT_NAME_RE = re.compile(r"^accuracy_checking_result_(\d{14})\.csv$")
 _DETAIL_API_RE = re.compile(r"^(?P<api>.+)\.(forward|backward)\.output\.\d+$")
 FILE_MODE = 0o640
+DIR_MODE = 0o750
 FAILING = {"error"}
 
 
@@ -139,6 +140,22 @@ def failing_apis(path: str, *, fail_on: str = "error") -> set[str]:
 
 
 # --- writing --------------------------------------------------------------------------------------
+def make_dirs(path: str, mode: int = DIR_MODE) -> None:
+    """``os.makedirs`` giving ``mode`` (through the umask) to every directory it creates, not just the last:
+    Python creates the intermediate ones with the default 0o777."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path)
+    if parent != path:
+        make_dirs(parent, mode)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+
+
 def _open_append(path: str, header: Sequence[str]) -> io.TextIOWrapper:
     new = not os.path.exists(path) or os.path.getsize(path) == 0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
@@ -175,7 +192,7 @@ class AccCsvWriter:
         header = list(DETAILS_HEADER) + ([DATA_MODE_COLUMN] if self.data_mode_column else [])
         for p in (self.result_path, self.details_path):
             d = os.path.dirname(os.path.abspath(p))
-            os.makedirs(d, mode=0o750, exist_ok=True)
+            make_dirs(d)
         self._details = _open_append(self.details_path, header)
         self._result = _open_append(self.result_path, RESULT_HEADER)
         self._dw = csv.writer(self._details, lineterminator="\r\n")
