@@ -11,6 +11,7 @@ Record kinds (``"t"``):
 |---|---|---|
 | ``m`` | task, level, framework, dump_data_dir | dump.json header, first line |
 | ``e`` | k (entry key), v (entry), s (stack id, optional) | one dump.json entry |
+| ``x`` | k (entry key), x (the entry's dump.json text), s (stack id, optional) | one dump.json entry, pre-encoded |
 | ``s`` | i (stack id), l (formatted frame lines) | a new call stack |
 | ``c`` | k (name), p (parent name or null) | one construct.json node |
 
@@ -62,6 +63,13 @@ class JournalWriter:
 
     def entry(self, key: str, value: Any, stack_id: Optional[int] = None) -> None:
         rec = {"t": "e", "k": key, "v": value}
+        if stack_id is not None:
+            rec["s"] = stack_id
+        self.write(rec)
+
+    def entry_text(self, key: str, text: str, stack_id: Optional[int] = None) -> None:
+        """An entry whose dump.json text is already made: the journal keeps the text as a JSON string."""
+        rec = {"t": "x", "k": key, "x": text}
         if stack_id is not None:
             rec["s"] = stack_id
         self.write(rec)
@@ -127,8 +135,12 @@ def read_journal(path: str, state: Optional[DumpState] = None) -> DumpState:
         kind = rec.get("t")
         if kind == "m":
             state.header = {k: rec.get(k) for k in ("task", "level", "framework", "dump_data_dir")}
-        elif kind == "e":
-            state.data[rec["k"]] = rec["v"]
+        elif kind in ("e", "x"):
+            try:
+                state.data[rec["k"]] = rec["v"] if kind == "e" else json.loads(rec["x"])
+            except (KeyError, TypeError, ValueError):
+                state.bad_lines += 1
+                continue
             sid = rec.get("s")
             if sid is not None:
                 state.stacks.setdefault(sid, [[], []])[0].append(rec["k"])

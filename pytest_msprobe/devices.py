@@ -137,6 +137,17 @@ class DeviceRegistry:
             raise KeyError(f"unknown device type {name!r}; registered: {', '.join(self.names())}. "
                            "Register a backend with the pytest_msprobe_register_devices hook") from None
 
+    def usable(self, name: str) -> Any:
+        """The backend ``name``, registered and available here; ValueError saying what to choose instead."""
+        try:
+            backend = self.get(name)
+        except KeyError as exc:
+            raise ValueError(str(exc.args[0])) from None
+        if not backend.is_available():
+            raise ValueError(f"device type {name!r} is not available on this machine; choose another "
+                             f"with --msprobe-device-type (registered: {', '.join(self.names())})")
+        return backend
+
     def names(self) -> list[str]:
         return list(self._backends)
 

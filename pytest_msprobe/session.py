@@ -66,14 +66,7 @@ class CheckSession:
         if self._backend is None:
             from .devices import device_for_worker
             reg = self.registry()
-            name = self.backend_name()
-            try:
-                backend = reg.get(name)
-            except KeyError as exc:
-                raise ValueError(str(exc.args[0])) from None
-            if not backend.is_available():
-                raise ValueError(f"device type {name!r} is not available on this machine; choose another "
-                                 f"with --msprobe-device-type (registered: {', '.join(reg.names())})")
+            backend = reg.usable(self.backend_name())
             ids = self.settings.devices or list(range(max(1, backend.device_count())))
             self._device_index = device_for_worker(self.worker_id, ids)
             self._backend = backend

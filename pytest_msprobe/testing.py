@@ -117,15 +117,7 @@ def get_backend(name: str | None = None, spec: str | None = None) -> Any:
         obj = _import_backend(spec)
         reg.register(obj)
         name = name or str(obj.name)
-    name = name or reg.default_name()
-    try:
-        backend = reg.get(name)
-    except KeyError as exc:
-        raise ValueError(str(exc.args[0])) from None
-    if not backend.is_available():
-        raise ValueError(f"device type {name!r} is not available on this machine "
-                         f"(registered: {', '.join(reg.names())})")
-    return backend
+    return reg.usable(name or reg.default_name())
 
 
 def _import_backend(spec: str) -> Any:

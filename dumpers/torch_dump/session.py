@@ -22,6 +22,7 @@ from dumpers.journal import JournalWriter
 from dumpers.torch_dump import callargs
 from dumpers.torch_dump import stack as stacklib
 from dumpers.torch_dump.encode import Encoder
+from dumpers.torch_dump.jsontext import dump_json_text, entry_text
 from dumpers.torch_dump.stats import StatBatch, StatCache, version_of
 from dumpers.torch_dump.writer import TensorWriter
 
@@ -51,6 +52,15 @@ def first_tensor(value: Any) -> Optional[torch.Tensor]:
 def _parts(data_mode: list, direction: str) -> tuple:
     everything = "all" in data_mode or direction in data_mode
     return everything or "input" in data_mode, everything or "output" in data_mode
+
+
+def _write_text_atomic(path: str, text: str) -> None:
+    """``format.write_json_atomic`` for text already encoded: temporary file, then rename (no fsync)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fmt.FILE_MODE)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
 
 
 class Pending:
@@ -97,6 +107,7 @@ class DumpSession:
     # --- step state ------------------------------------------------------------------------------
     def _reset_step_state(self) -> None:
         self.data: dict = {}
+        self.texts: dict = {}             # entry key -> its finished dump.json text (see jsontext)
         self.construct: dict = {}
         self.stack_groups: dict = {}      # frames -> [id, keys, lines]
         self._groups_by_id: dict = {}
@@ -147,9 +158,11 @@ class DumpSession:
         if self.tensor_task and self.writer is None:
             self.writer = TensorWriter()
 
+    def _header(self) -> dict:
+        return {"task": self.task, "level": self.level, "framework": "pytorch", "dump_data_dir": self.dump_data_dir}
+
     def _dump_json(self) -> dict:
-        return {"task": self.task, "level": self.level, "framework": "pytorch",
-                "dump_data_dir": self.dump_data_dir, "data": self.data}
+        return {**self._header(), "data": self.data}
 
     def write_files(self) -> None:
         """stop(): dump.json, stack.json, construct.json in full (atomic), journal removed."""
@@ -159,7 +172,7 @@ class DumpSession:
             self.writer.flush()
         stack = {str(sid): [keys, lines] for sid, keys, lines in self.stack_groups.values() if keys}
         try:
-            fmt.write_json_atomic(os.path.join(self.dir, fmt.DUMP_JSON), self._dump_json(), fsync=False)
+            _write_text_atomic(os.path.join(self.dir, fmt.DUMP_JSON), dump_json_text(self._header(), self.texts))
             fmt.write_json_atomic(os.path.join(self.dir, fmt.STACK_JSON), stack, fsync=False)
             fmt.write_json_atomic(os.path.join(self.dir, fmt.CONSTRUCT_JSON), self.construct, fsync=False)
         except OSError as exc:
@@ -311,9 +324,10 @@ class DumpSession:
         if sid is not None:
             self._groups_by_id[sid][1].append(key)
         self.data[key] = entry
+        text = self.texts[key] = entry_text(entry)
         if self.journal is not None:
             try:
-                self.journal.entry(key, entry, sid)
+                self.journal.entry_text(key, text, sid)
             except OSError as exc:
                 self._fail(exc)
 
