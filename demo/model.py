@@ -35,4 +35,4 @@ def train_step_dumped(dump_path: str, *, layers: int = 2, batch: int = 4, seq: i
     optimizer.step()
     debugger.stop()
     debugger.step()
-    return float(loss)
+    return float(loss.detach())

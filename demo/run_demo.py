@@ -36,10 +36,14 @@ def main(argv=None) -> int:
 
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
+    ini = os.path.join(out, "pytest.ini")          # the demo's own (empty) settings, not the repo's
+    with open(ini, "w") as fh:
+        fh.write("[pytest]\n")
+
     def check(device: str, out_dir: str, *extra: str) -> tuple:
         for old in glob.glob(os.path.join(out_dir, "*.csv")):
             os.remove(old)
-        cmd = [sys.executable, "-m", "pytest", "--msprobe-api-info", dump_json, "--msprobe-out", out_dir,
+        cmd = [sys.executable, "-m", "pytest", "-c", ini, "--msprobe-api-info", dump_json, "--msprobe-out", out_dir,
                "--msprobe-device-type", device, "-p", "demo.planted_backend", "-p", "no:cacheprovider",
                "-q", "--no-header", "--tb=no", "-rN", "--rootdir", out, *extra]
         if args.workers not in ("0", ""):

@@ -74,6 +74,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(run(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except FileNotFoundError as exc:
+        print(f"pytest-msprobe {args.command}: error: {exc.filename}: no such file; check the path "
+              f"('pytest-msprobe {args.command} --help' shows what to pass)", file=sys.stderr)
+        return 2
     except (OSError, ValueError) as exc:
         print(f"pytest-msprobe {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -82,6 +82,17 @@ class CheckSession:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
     # --- running ----------------------------------------------------------------------------------------
+    def _plugin_args(self) -> list:
+        """The ``-p NAME`` plugins of this run (a reproduce command needs the same backend plugins)."""
+        args = [str(a) for a in getattr(self.config.invocation_params, "args", ())]
+        names = []
+        for i, arg in enumerate(args):
+            if arg == "-p" and i + 1 < len(args):
+                names.append(args[i + 1])
+            elif arg.startswith("-p") and len(arg) > 2 and not arg.startswith("--"):
+                names.append(arg[2:])
+        return [n for n in names if not n.startswith("no:")]
+
     def run_options(self, dump_path: str) -> RunOptions:
         s = self.settings
         error_dir = None
@@ -89,6 +100,9 @@ class CheckSession:
             base = s.error_data_path or s.out_dir
             error_dir = os.path.join(base, f"ut_error_data{self.timestamp}")
         cmd = (f"pytest --msprobe-api-info {dump_path} --msprobe-seed {s.seed} -k '{{name}}'"
+               + "".join(f" -p {name}" for name in self._plugin_args())
+               + (f" --msprobe-device-type {s.device_type}" if s.device_type else "")
+               + (f" --msprobe-standard {s.standard}" if s.standard != "1.0.4" else "")
                + (" --msprobe-random" if s.random else "")
                + (f" --msprobe-examples {s.examples}" if s.examples > 1 else ""))
         return RunOptions(standard=s.standard, random=s.random, seed=s.seed, max_bytes=s.max_bytes,

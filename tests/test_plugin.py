@@ -188,7 +188,7 @@ def test_examples_find_and_shrink_input_dependent_error(pytester, data_dir):
     res.stdout.fnmatch_lines(["*random data, seed 3*", "*Hypothesis found a failing input*smallest failing "
                               "example: random data*args?0?: float32?8, 32?*",
                               "reproduce: pytest --msprobe-api-info *dump.json --msprobe-seed 3 -k "
-                              "'Functional.gelu.0' --msprobe-examples 50"])
+                              "'Functional.gelu.0' --msprobe-device-type threshold --msprobe-examples 50"])
 
 
 # --- limits -----------------------------------------------------------------------------------------------
