@@ -50,7 +50,10 @@ def pytest_configure(config: Any) -> None:
         if files:
             sess.cases_of(files[0])     # loads every dump once: a file unreadable as a whole is a usage error
     except Exception as exc:  # noqa: BLE001 - DumpError, or anything else a damaged file raises
-        raise pytest.UsageError(f"--msprobe-api-info: {exc}") from None
+        from generators.loader import DumpError
+        detail = str(exc) if isinstance(exc, DumpError) else (f"cannot load {', '.join(files)}: "
+                                                               f"{type(exc).__name__} {exc}".rstrip())
+        raise pytest.UsageError(f"--msprobe-api-info: {detail}") from None
     try:
         backend, _ = sess.backend()
     except ValueError as exc:

@@ -21,7 +21,7 @@ import stat
 import numpy as np
 import pytest
 import torch  # before pytester snapshots sys.modules: torch cannot be imported twice
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import generators.inputs  # noqa: F401 - the same, and keeps in-process runs fast
@@ -34,7 +34,7 @@ DATA = pathlib.Path(__file__).parent / "data"
 TENSOR_STEP = DATA / "mlp_fp32_tensor_L1" / "step0" / "rank"
 STATS_STEP = DATA / "mlp_fp32_statistics_L1" / "step0" / "rank"
 FORMULA_LEAD = ("=", "+", "-", "@", "\t", "\r")
-TRIGGERS_DISALLOWED = "INTERNALERROR"
+INTERNAL_ERROR = "INTERNALERROR"
 
 PERTURB = '''
 from pytest_msprobe.devices import CpuBackend
@@ -86,7 +86,7 @@ def raw_cells(path: str) -> list:
 def assert_clean_run(res, out: pathlib.Path) -> dict:
     """Exit 0/1, no internal error, no crash rows, cells from the dump neutralised; returns the rows."""
     text = res.stdout.str() + res.stderr.str()
-    assert TRIGGERS_DISALLOWED not in text, text[-3000:]
+    assert INTERNAL_ERROR not in text, text[-3000:]
     assert res.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), (res.ret, text[-3000:])
     outcomes = res.parseoutcomes()
     assert not outcomes.get("errors") and not outcomes.get("error"), outcomes
@@ -122,8 +122,8 @@ def _pairs_hook(pairs: list) -> dict:
     return obj
 
 
-def expected_calls(text: str) -> set | None:
-    """The API calls a dump's text holds (None: the file is not readable as a whole).
+def expected_calls(text: str) -> list | None:
+    """The API calls a dump's text holds, in dump order (None: the file is not readable as a whole).
 
     Computed here from the format's grammar, independently of the loader: every key of ``data`` that is
     not a Module/Cell or parameters_grad entry is part of one call, named by its key without the direction
@@ -134,16 +134,16 @@ def expected_calls(text: str) -> set | None:
         return None
     if not isinstance(doc, dict) or len(doc.pairs) != len(doc) or not isinstance(doc.get("data"), dict):
         return None
-    names = set()
+    names: dict = {}
     for key, _ in doc["data"].pairs:
         try:
             parsed = fmt.parse_entry_key(key)
         except ValueError:
-            names.add(printable_name(key) or "(empty entry key)")
+            names.setdefault(printable_name(key) or "(empty entry key)")
             continue
         if parsed.kind not in ("module", "parameters_grad"):
-            names.add(printable_name(parsed.api_call))
-    return names
+            names.setdefault(printable_name(parsed.api_call))
+    return list(names)
 
 
 # --- the dumps the fuzz test mutates ------------------------------------------------------------------------
@@ -210,17 +210,19 @@ RENAMES = st.sampled_from(["=HYPERLINK(\"http://x\").relu.0.forward", "+cmd|' /C
                            "no dots at all", "", "Module.fc.Linear.forward.0", "Tensor.__reduce_ex__.0.forward",
                            "Torch.relu.0.sideways", "Distributed.all_reduce.0.forward", "Jit.f.forward",
                            "Torch.relu.999.forward\n,evil", "Torch.save.0.forward"])
+TOP_VALUES = st.sampled_from([None, "/home/victim", "../..", 3, "mindspore", "", [], {}])
 KINDS = ["drop", "junk", "number", "shape", "dtype", "data_name", "rename", "orphan", "dup_entry", "truncate",
-         "dup_top"]
+         "dup_top", "top"]
 
 
-def mutate_text(text: str, data) -> str:
-    """Apply 1-3 mutations drawn from ``data`` to the text of a dump.json."""
+def mutate_text(text: str, data, first: str) -> str:
+    """Apply the mutation ``first`` and up to two more drawn from ``data`` to the text of a dump.json."""
     doc = json.loads(text)
     entries = doc["data"]
-    kinds = data.draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=3), label="kinds")
+    kinds = [first, *data.draw(st.lists(st.sampled_from(KINDS), max_size=2), label="more kinds")]
     dup_entry = dup_top = truncate = False
     for kind in kinds:
+        event(f"mutation {kind}")
         keys = list(entries)
         if not keys:
             break
@@ -259,10 +261,17 @@ def mutate_text(text: str, data) -> str:
             dup_entry = key
         elif kind == "dup_top":
             dup_top = True
+        elif kind == "top":
+            top = data.draw(st.sampled_from(["dump_data_dir", "framework", "task", "level", "data"]), label="top")
+            if data.draw(st.booleans(), label="delete"):
+                doc.pop(top, None)
+            else:
+                doc[top] = data.draw(TOP_VALUES, label="top value")
+            entries = doc["data"] if isinstance(doc.get("data"), dict) else {}
         elif kind == "truncate":
             truncate = True
     out = json.dumps(doc, allow_nan=True)
-    if dup_entry and dup_entry in entries:
+    if dup_entry and dup_entry in entries and '"data": {' in out:
         marker = '"data": {'
         at = out.index(marker) + len(marker)
         extra = json.dumps({dup_entry: entries[dup_entry]}, allow_nan=True)[1:-1]
@@ -275,33 +284,40 @@ def mutate_text(text: str, data) -> str:
 
 
 _counter = iter(range(10 ** 9))
+SOURCES = ["tensor", "stats", "ours"]
+FUZZ_EXAMPLES = int(os.environ.get("MSPROBE_FUZZ_EXAMPLES", "2"))    # per mutation kind; raise it to hunt
 
 
-@settings(max_examples=14, deadline=None, derandomize=True, database=None,
+@pytest.mark.parametrize("kind", KINDS)
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
-@given(source=st.sampled_from(["tensor", "stats", "ours"]), data=st.data())
-def test_fuzz_mutated_dumps_run_cleanly(pytester, sources, source, data):
+@given(data=st.data())
+def test_fuzz_mutated_dumps_run_cleanly(pytester, sources, kind, data):
     """Mutated real dumps through a whole run: exit 0/1, every entry once in the CSV, or one usage error."""
     n = next(_counter)
+    at = KINDS.index(kind) % len(SOURCES)           # each kind starts from another dump
+    source = data.draw(st.sampled_from(SOURCES[at:] + SOURCES[:at]), label="source")
+    event(f"source {source}")
     step = sources[source]
     dump = pytester.path / f"d{n}"
     dump.mkdir()
     if (step / fmt.TENSOR_DIR).is_dir():
         shutil.copytree(step / fmt.TENSOR_DIR, dump / fmt.TENSOR_DIR)
-    text = mutate_text((step / "dump.json").read_text(), data)
+    text = mutate_text((step / "dump.json").read_text(), data, kind)
     (dump / "dump.json").write_text(text)
     out = pytester.path / f"out{n}"
     res = pytester.runpytest_inprocess("--msprobe-api-info", str(dump / "dump.json"), "--msprobe-out", str(out),
                                        "--msprobe-max-bytes", "64MB", "-p", "no:cacheprovider")
     expected = expected_calls(text)
+    event("unreadable as a whole" if expected is None else "run")
     if expected is None:       # unreadable as a whole: one usage error naming the file, no CSV
         assert res.ret == pytest.ExitCode.USAGE_ERROR, (res.ret, res.stdout.str()[-2000:])
         assert str(dump / "dump.json") in res.stderr.str()
-        assert TRIGGERS_DISALLOWED not in res.stdout.str() + res.stderr.str()
+        assert INTERNAL_ERROR not in res.stdout.str() + res.stderr.str()
         return
     rows = assert_clean_run(res, out)
-    assert set(rows) == expected
+    assert list(rows) == expected             # every call once, in dump order
     o = res.parseoutcomes()
     assert sum(o.get(k, 0) for k in ("passed", "failed", "skipped")) == len(expected), o
 
@@ -481,3 +497,36 @@ def test_error_data_of_labelled_calls_stays_in_its_directory(pytester):
                                                                    recursive=True) if os.path.isfile(p)]
     assert saved and all(p.count(os.sep) == 1 for p in saved), saved
     assert any(p.endswith("step0_rank::Functional.gelu.0.forward.input.0.pt") for p in saved), saved
+
+
+@pytest.mark.slow
+def test_hostile_entries_under_xdist_each_appear_once(project):
+    """Odd names (node-id separators, formula leads, long, non-ASCII), duplicates and orphans, on two
+    workers: every call once in the CSV, in dump order, nothing lost in the controller's bookkeeping."""
+    dump = project.path / "dump" / "dump.json"
+    text = dump.read_text()
+    doc = json.loads(text)
+    data = doc["data"]
+    entry = json.loads(json.dumps(data["Torch.relu.0.forward"]))
+    for item in entry["input_args"] + entry["output"]:
+        item.pop("data_name", None)
+    odd = ["Torch.a::b.0", "Torch.a/b.0", "Torch.relu[x].0", "Torch.rel u.0", "Torch.\u00e9\u4e2d.0",
+           "Torch." + "r" * 300 + ".0", "=1+2.relu.0", "-Torch.relu.0", "@SUM(A1).x.0", "Torch.relu.99"]
+    for name in odd:
+        data[f"{name}.forward"] = entry
+    data["Torch.relu.98.backward"] = data["Torch.relu.0.backward"] if "Torch.relu.0.backward" in data else {}
+    del data["Functional.gelu.0.forward"]                       # backward without its forward
+    out = json.dumps(doc)
+    dup = json.dumps({"Tensor.softmax.0.forward": data["Tensor.softmax.0.forward"]})[1:-1]
+    dump.write_text(out.replace('"data": {', '"data": {' + dup + ", ", 1))
+    expected = expected_calls(dump.read_text())
+    res = project.runpytest_subprocess("--msprobe-api-info", "dump/dump.json", "-n", "2")
+    rows = assert_clean_run(res, project.path)
+    assert list(rows) == expected and len(rows) == 15 + len(odd) + 1     # dump order restored after -n 2
+    assert expected[:3] == ["Tensor.softmax.0", "Functional.linear.0", "Torch.relu.0"]
+    assert rows["Torch.relu.99"].forward == "pass"
+    assert rows["Functional.gelu.0"].forward == "SKIP" and "no forward entry" in rows["Functional.gelu.0"].message
+    assert rows["Tensor.softmax.0"].forward == "SKIP" and "more than once" in rows["Tensor.softmax.0"].message
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "--lf")    # resume: nothing to rerun
+    res.assert_outcomes(deselected=len(expected))
+    assert list(rows_of(project.path)) == expected        # formula-like names keep their rows on resume

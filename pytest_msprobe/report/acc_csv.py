@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .columns import BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, RESULT_HEADER
-from .fmt import DEFAULT_PRECISION, format_cell, safe_text
+from .fmt import _FORMULA_LEAD, DEFAULT_PRECISION, format_cell, safe_text
 
 BOM = "\ufeff"
 RESULT_PREFIX = "accuracy_checking_result_"
@@ -55,10 +55,18 @@ def timestamp_of(result_path: str) -> str | None:
     return m.group(1) if m else None
 
 
+def cell_name(cell: str) -> str:
+    """A name cell as written by :func:`safe_text` -> the name (the neutralising apostrophe removed)."""
+    if cell[:1] == "'" and cell[1:2] and cell[1] in _FORMULA_LEAD:
+        return cell[1:]
+    return cell
+
+
 def api_of_output(row_name: str) -> str:
     """``Functional.linear.0.backward.output.2`` -> ``Functional.linear.0``."""
-    m = _DETAIL_API_RE.match(row_name.lstrip("'"))
-    return m.group("api") if m else row_name.lstrip("'")
+    name = cell_name(row_name)
+    m = _DETAIL_API_RE.match(name)
+    return m.group("api") if m else name
 
 
 # --- rows -----------------------------------------------------------------------------------------
@@ -120,7 +128,7 @@ def read_result_csv(path: str) -> list[ResultRow]:
     for r in rows[1:]:
         if len(r) < 3 or not r[0]:
             continue
-        out.append(ResultRow(r[0].lstrip("'") if r[0].startswith("'") and r[0][1:2] in "=+-@" else r[0],
+        out.append(ResultRow(cell_name(r[0]),
                              r[1], r[2], r[3] if len(r) > 3 else None))
     return out
 
@@ -259,8 +267,8 @@ def keep_apis(result_path: str, details_path: str | None, keep: set[str]) -> Non
         seen: set[str] = set()
         kept = []
         for r in body:
-            if len(r) >= 3 and r[0] in keep and r[0] not in seen:
-                seen.add(r[0])
+            if len(r) >= 3 and cell_name(r[0]) in keep and cell_name(r[0]) not in seen:
+                seen.add(cell_name(r[0]))
                 kept.append(r)
         _rewrite(result_path, [header] + kept)
     if os.path.exists(details_path):
@@ -283,7 +291,7 @@ def sort_apis(result_path: str, details_path: str | None, order: dict) -> None:
 
     rows = _read_rows(result_path)
     if len(rows) > 2:
-        body = sorted(((i, r[0]) for i, r in enumerate(rows[1:])), key=key)
+        body = sorted(((i, cell_name(r[0])) for i, r in enumerate(rows[1:])), key=key)
         _rewrite(result_path, [rows[0]] + [rows[1 + i] for i, _ in body])
     if os.path.exists(details_path):
         rows = _read_rows(details_path)
