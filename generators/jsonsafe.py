@@ -78,11 +78,13 @@ def load_file(path: str, *, max_bytes: int = DEFAULT_MAX_JSON_BYTES) -> Any:
             "raise the limit (max_json_bytes) if the file is genuine")
     try:
         with open(path, "rb") as fh:
-            raw = fh.read(max_bytes + 1)
+            # ask only for what the file holds (+1 to notice growth): a read(max_bytes) would allocate the limit
+            raw = fh.read(min(size, max_bytes) + 1)
     except OSError as exc:
         raise JSONFileError(f"cannot read {path}: {exc.strerror}") from None
-    if len(raw) > max_bytes:
-        raise JSONFileError(f"{path} grew above the limit of {max_bytes} bytes while being read")
+    if len(raw) > size:
+        raise JSONFileError(f"{path} grew while being read (is a training process still writing it?); "
+                            "run again once the dump is finished")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
