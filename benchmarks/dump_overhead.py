@@ -6,6 +6,11 @@ train side by side, one bare and one dumped, alternating step by step, so a mach
 affects both alike; the ratio is the median of the per-round ratios. The dumped step includes
 start(), stop() (dump.json, stack.json, construct.json written) and step().
 
+Last figures (shared 2-core machine, load 3.5-5, medians of three runs; docs/dump.md has the split):
+L1 statistics 1.99x wall / 1.96x CPU, L1 tensor 6.6x / 6.4x, mix statistics 2.07x / 2.08x; the
+previous dumper measured alongside gave 1.97x, 6.3x and 2.28x (the spread between runs, 1.7-2.1x
+for L1 statistics, is larger than the change). Targets: statistics <= 1.5x, tensor <= 3x (not met).
+
     python benchmarks/dump_overhead.py [--steps 6] [--warmup 2]
 """
 from __future__ import annotations

@@ -248,6 +248,7 @@ class DumpSession:
             return None
         tdir, writer = self.tensor_dir, self.writer
         saved = self._saved if dedupe else {}
+        twins: dict = {}
 
         def save(t: torch.Tensor, item: dict, path: tuple) -> None:
             name = fmt.data_name(key, path[0], path[1:], ".pt")
@@ -261,8 +262,15 @@ class DumpSession:
             if seen is not None and version is not None and seen[0]() is t and seen[1] == version:
                 writer.submit(full, None, link_to=seen[2])
                 return
+            phase = path[0] == "output"
+            twin = twins.get(id(t))     # the same tensor, unchanged, twice in this call (x * x)
+            if twin is not None and version is not None and twin[0] is t and twin[1:3] == (version, phase):
+                writer.submit(full, None, link_to=twin[3])
+                return
             copy = t.detach().clone(memory_format=torch.contiguous_format)
             writer.submit(full, copy)
+            if version is not None:
+                twins[id(t)] = (t, version, phase, full)
             if path[0] == "output" and version is not None:   # fresh results only: see StatBatch.add
                 if len(saved) > 65536:
                     saved.clear()

@@ -3,7 +3,8 @@
 :class:`StatBatch` collects every tensor of one API call (or one module call). ``add`` launches the
 reductions on the device and returns the JSON item with the statistics still missing; ``resolve``
 concatenates all pending statistics into one float64 tensor and brings it to the host with a single
-``tolist()``, then fills the items. Nothing here synchronises per value.
+``tolist()``, then fills the items. Nothing here synchronises per value on an accelerator; CPU
+tensors, already on the host, are summarised to numbers inside ``add``.
 """
 from __future__ import annotations
 
@@ -154,12 +155,17 @@ class StatCache:
 class StatBatch:
     """The tensor items of one call; statistics filled by :meth:`resolve` with one host transfer."""
 
-    __slots__ = ("md5", "cache", "pending")
+    __slots__ = ("md5", "cache", "pending", "twins")
 
     def __init__(self, md5: bool = False, cache: Optional[StatCache] = None) -> None:
         self.md5 = md5
         self.cache = cache
         self.pending: list = []
+        self.twins: dict = {}             # id -> (tensor, version, reductions) added in this phase
+
+    def new_phase(self) -> None:
+        """The call ran: tensors added from now on (its outputs) never share the inputs' reductions."""
+        self.twins.clear()
 
     def add(self, t: torch.Tensor, cacheable: bool = False) -> dict:
         """The JSON item for ``t`` (type, dtype, shape, stats placeholders, requires_grad).
@@ -184,14 +190,21 @@ class StatBatch:
         item["requires_grad"] = t.requires_grad
         if kind == "empty":
             return item
-        data = t.detach()
-        if data.layout != torch.strided:
-            data = data.to_dense()
-        if data.device.type == "cpu":       # on the host already: the numbers now, no later transfer
-            values = _cpu_numbers(data, kind)
+        version = version_of(t)
+        twin = self.twins.get(id(t))
+        if twin is not None and twin[0] is t and twin[1] == version and version is not None:
+            data, values = twin[2], twin[3]  # the same tensor, unchanged, twice in one call (x * x)
         else:
-            values = _reductions(data, kind)
-        self.pending.append((item, kind, data, values, t if cacheable else None, version_of(t)))
+            data = t.detach()
+            if data.layout != torch.strided:
+                data = data.to_dense()
+            if data.device.type == "cpu":   # on the host already: the numbers now, no later transfer
+                values = _cpu_numbers(data, kind)
+            else:
+                values = _reductions(data, kind)
+            if version is not None:
+                self.twins[id(t)] = (t, version, data, values)
+        self.pending.append((item, kind, data, values, t if cacheable else None, version))
         return item
 
     def resolve(self) -> None:

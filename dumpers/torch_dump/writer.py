@@ -87,8 +87,9 @@ class TensorWriter:
     @staticmethod
     def _save(path: str, tensor: torch.Tensor) -> None:
         tmp = f"{path}.tmp{os.getpid()}"
-        torch.save(tensor, tmp, _use_new_zipfile_serialization=False)
-        os.chmod(tmp, fmt.FILE_MODE)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fmt.FILE_MODE)
+        with os.fdopen(fd, "wb") as fh:       # a real file: torch writes the storage bytes straight to it
+            torch.save(tensor, fh, _use_new_zipfile_serialization=False)
         os.replace(tmp, path)
 
     @staticmethod

@@ -1,0 +1,130 @@
+"""The dumper's fast paths give exactly what the plain paths give: entry texts, journal, statistics, files."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from dumpers import format as fmt
+from dumpers.journal import JournalWriter, read_journal
+from dumpers.torch_dump import PrecisionDebugger
+from dumpers.torch_dump.jsontext import dump_json_text, entry_text
+from dumpers.torch_dump.stats import StatBatch, _cpu_numbers, _reductions
+
+DATA = Path(__file__).parent / "data"
+SAMPLE_DUMPS = sorted(DATA.rglob("dump.json"))
+
+
+@pytest.fixture(autouse=True)
+def fresh_debugger():
+    PrecisionDebugger.reset()
+    yield
+    PrecisionDebugger.reset()
+
+
+@pytest.mark.parametrize("path", SAMPLE_DUMPS, ids=lambda p: str(p.relative_to(DATA)))
+def test_entry_texts_assemble_to_the_reference_dump_json(path):
+    dump = json.loads(path.read_text())
+    header = {k: v for k, v in dump.items() if k != "data"}
+    texts = {key: entry_text(entry) for key, entry in dump["data"].items()}
+    assert dump_json_text(header, texts) == fmt.dumps_json(dump)
+
+
+def test_entry_text_of_awkward_values():
+    entry = {"input_args": [{"type": "str", "value": "a\nb\"[{,"}, None, [], {}, [[1, 2], (3.5, math.nan)]],
+             "input_kwargs": {"x": {"type": "float", "value": -math.inf}, "n": {"type": "int", "value": True}},
+             "output": [{"type": "torch.Size", "value": [2, 3]}, "ünï"]}
+    header = {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None}
+    expected = fmt.dumps_json({**header, "data": {"k.0.forward": entry, "k.1.forward": {}}})
+    assert dump_json_text(header, {"k.0.forward": entry_text(entry), "k.1.forward": entry_text({})}) == expected
+    assert dump_json_text(header, {}) == fmt.dumps_json({**header, "data": {}})
+
+
+def test_journal_text_records_replay_to_the_entries(tmp_path):
+    entry = {"input_args": [{"type": "float", "value": 1e-300}, {"type": "float", "value": math.nan}], "output": []}
+    path = str(tmp_path / fmt.JOURNAL)
+    writer = JournalWriter(path)
+    writer.header("statistics", "L1", "pytorch", None)
+    writer.entry_text("Torch.add.0.forward", entry_text(entry), 0)
+    writer.entry("Torch.add.1.forward", entry)
+    writer.close()
+    with open(path, "ab") as fh:
+        fh.write(b'{"t":"x","k":"Torch.add.2.forward","x":"{not json"}\n')
+    state = read_journal(path)
+    assert list(state.data) == ["Torch.add.0.forward", "Torch.add.1.forward"]
+    got = state.data["Torch.add.0.forward"]["input_args"]
+    assert got[0]["value"] == 1e-300 and math.isnan(got[1]["value"])
+    assert state.stacks[0][0] == ["Torch.add.0.forward"]
+    assert state.bad_lines == 1
+
+
+SPECIAL = [torch.tensor([1.0, float("nan"), -2.0]), torch.tensor([float("inf"), -1.0, float("-inf")]),
+           torch.tensor([-0.0, 0.0, 3.0]), torch.arange(-5, 7, dtype=torch.int64), torch.arange(200, dtype=torch.uint8),
+           torch.randn(64, 33, dtype=torch.float64).t(), torch.randn(17, 5)[:, 1:4],
+           torch.randn(9).to(torch.bfloat16), torch.randn(9).to(torch.float16), torch.tensor([True, False]),
+           torch.tensor(2.5), torch.randn(3).neg().conj()]
+
+
+@pytest.mark.parametrize("t", SPECIAL, ids=lambda t: f"{t.dtype}-{tuple(t.shape)}")
+def test_cpu_numbers_equal_the_torch_reductions(t):
+    from dumpers.torch_dump.stats import _kind
+    kind = _kind(t)
+    ours = _cpu_numbers(t, kind)
+    ref = [v.item() for v in _reductions(t, kind)]
+    assert len(ours) == len(ref)
+    for a, b in zip(ours, ref):
+        assert type(a) is type(b)
+        assert (math.isnan(a) and math.isnan(b)) if isinstance(a, float) and a != a else a == b
+
+
+def test_same_tensor_twice_in_a_call_is_summarised_once():
+    calls = []
+    batch = StatBatch()
+    import dumpers.torch_dump.stats as stats_mod
+    orig = stats_mod._cpu_numbers
+
+    def counting(t, kind):
+        calls.append(t.data_ptr())
+        return orig(t, kind)
+
+    stats_mod._cpu_numbers = counting
+    try:
+        g = torch.randn(50)
+        a, b = batch.add(g), batch.add(g)
+        batch.new_phase()                 # outputs: never share the inputs' reductions
+        g.mul_(2)
+        c = batch.add(g, cacheable=True)
+        batch.resolve()
+    finally:
+        stats_mod._cpu_numbers = orig
+    assert len(calls) == 2
+    assert a == b and a["Max"] == pytest.approx(c["Max"] / 2)
+
+
+def test_addcmul_with_one_tensor_twice_dumps_equal_items_and_linked_files(tmp_path):
+    g, acc = torch.randn(8, 4), torch.zeros(8, 4)
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), task="tensor", level="L1")
+    dbg.start()
+    acc.addcmul_(g, g, value=0.5)
+    dbg.stop()
+    rank = tmp_path / "step0" / "rank"
+    data = json.loads((rank / "dump.json").read_text())["data"]
+    args = data["Tensor.addcmul_.0.forward"]["input_args"]
+    assert {k: v for k, v in args[1].items() if k != "data_name"} == \
+        {k: v for k, v in args[2].items() if k != "data_name"}
+    files = [rank / fmt.TENSOR_DIR / a["data_name"] for a in args[1:]]
+    assert os.stat(files[0]).st_ino == os.stat(files[1]).st_ino
+    assert torch.equal(torch.load(files[1], weights_only=True), g)
+    out = data["Tensor.addcmul_.0.forward"]["output"][0]
+    assert torch.equal(torch.load(rank / fmt.TENSOR_DIR / out["data_name"], weights_only=True), acc)
+    assert oct(os.stat(files[0]).st_mode & 0o777) == oct(fmt.FILE_MODE & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
