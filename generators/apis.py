@@ -56,8 +56,8 @@ class UnknownApiError(LookupError):
 def prefix_problem(prefix: str, framework: str) -> str | None:
     """Why calls with this prefix cannot be replayed here, or None. Cheap: imports nothing."""
     if framework == "mindspore":
-        return ("MindSpore dump: replaying MindSpore APIs is not supported; capture the model with "
-                "PyTorch, or compare the two frameworks' dumps instead")
+        from generators.ms_apis import ms_prefix_problem
+        return ms_prefix_problem(prefix)
     if prefix in fmt.COMMUNICATION_PREFIXES:
         return f"communication op ({prefix}): it needs the other ranks and is not replayed on one process"
     if prefix == "NPU" and importlib.util.find_spec("torch_npu") is None:

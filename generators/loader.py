@@ -16,6 +16,7 @@ from typing import Any
 from dumpers import format as fmt
 from generators import entries, jsonsafe
 from generators.apis import UnknownApiError, prefix_problem, resolve_api
+from generators.ms_apis import check_ms_api
 from generators.paths import resolve_tensor_dir
 
 DEFAULT_MAX_JSON_BYTES = jsonsafe.DEFAULT_MAX_JSON_BYTES
@@ -163,7 +164,10 @@ def _finish(call: _Call, framework: str, dump_json: str, tensor_dir: str | None,
         problem = prefix_problem(call.prefix, framework)
     if problem is None:
         try:
-            resolve_api(call.prefix, call.api)
+            if framework == "mindspore":
+                check_ms_api(call.prefix, call.api)      # resolved (MindSpore imported) only when run
+            else:
+                resolve_api(call.prefix, call.api)
         except UnknownApiError as exc:
             problem = f"unknown API {call.name}: {exc}"
     forward = call.forward if isinstance(call.forward, dict) else None

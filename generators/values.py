@@ -2,7 +2,8 @@
 
 ``int``/``float``/``bool``/``str`` -> the value; ``slice`` -> slice; ``ellipsis`` -> ``...``; numpy scalar
 type names -> that numpy scalar; ``torch.Size`` -> ``torch.Size``; ``torch.dtype`` -> the dtype; ``torch.device``
--> kept as its dict (the checker drops a kwarg named ``device``); any other type -> its value as is.
+-> kept as its dict (the checker drops a kwarg named ``device``); ``mindspore.dtype`` -> :class:`MindSporeDtype`;
+any other type -> its value as is.
 """
 from __future__ import annotations
 
@@ -24,6 +25,12 @@ if hasattr(np, "longdouble"):
     NUMPY_TYPES["float128"] = np.longdouble
 if hasattr(np, "clongdouble"):
     NUMPY_TYPES["complex256"] = np.clongdouble
+
+
+class MindSporeDtype(str):
+    """A recorded ``mindspore.dtype`` argument (``"Float16"``); the MindSpore replay turns it into the dtype."""
+
+    __slots__ = ()
 
 
 class ValueDecodeError(ValueError):
@@ -64,6 +71,10 @@ def _decode_typed(torch: Any, kind: Any, value: Any) -> Any:
         return torch.Size(value)
     if kind == "torch.dtype":
         return getattr(torch, fmt.TORCH_DTYPES[value])
+    if kind == "mindspore.dtype":
+        if fmt.canonical_dtype(value) is None:
+            raise KeyError(f"unknown MindSpore dtype {value!r}")
+        return MindSporeDtype(value)
     if kind == "torch.device":
         return {"type": kind, "value": value}
     if kind in NUMPY_TYPES:

@@ -2,7 +2,8 @@
 
 A backend is a small object with ``name``, ``is_available()``, ``device_count()``,
 ``to_device(obj, index)``, ``call(func, args, kwargs)`` and ``synchronize(index)``. Built in: ``cpu``,
-``cuda`` and ``npu``. Others are added through the ``pytest_msprobe_register_devices`` hook.
+``cuda``, ``npu`` and ``ms-cpu`` (MindSpore cases, :mod:`.ms_devices`). Others are added through the
+``pytest_msprobe_register_devices`` hook.
 torch is imported only when a backend is used.
 """
 from __future__ import annotations
@@ -163,7 +164,8 @@ class DeviceRegistry:
 
 def builtin_registry() -> DeviceRegistry:
     reg = DeviceRegistry()
-    for backend in (CpuBackend(), CudaBackend(), NpuBackend()):
+    from .ms_devices import MsCpuBackend
+    for backend in (CpuBackend(), CudaBackend(), NpuBackend(), MsCpuBackend()):
         reg.register(backend)
     return reg
 

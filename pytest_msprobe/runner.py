@@ -220,6 +220,15 @@ def run_case(case: Any, backend: Any, device_index: int, options: RunOptions) ->
     seed = options.seed
     if getattr(case, "problem", None):
         return skip_result(name, str(case.problem), data_mode=mode, seed=seed)
+    if getattr(case, "framework", "pytorch") == "mindspore":
+        try:        # imported before Hypothesis runs: importing MindSpore changes the recursion limit
+            from .ms_devices import mindspore
+            mindspore()
+        except ImportError:
+            return skip_result(name, "MindSpore is not installed here; pip install 'pytest-msprobe[mindspore]' "
+                                     "to check MindSpore dumps", data_mode=mode, seed=seed)
+        except Exception as exc:  # noqa: BLE001 - spec 3.4: whatever stops the set-up is the SKIP reason
+            return skip_result(name, f"MindSpore could not be set up: {_exc_text(exc)}", data_mode=mode, seed=seed)
     if options.examples > 1 and mode == RANDOM_DATA:
         return _run_examples(case, backend, device_index, options, seed)
     try:
@@ -252,8 +261,14 @@ def run_with_inputs(case: Any, inputs: Any, backend: Any, device_index: int, opt
                     mode: str, seed: int) -> CaseResult:
     """Bench and device runs and the comparison, for inputs already built."""
     name = case_name(case)
+    replay = _run
+    if getattr(case, "framework", "pytorch") == "mindspore":
+        from .ms_replay import run_ms as replay
+    elif getattr(backend, "framework", "pytorch") == "mindspore":
+        return skip_result(name, f"device type {backend.name!r} runs MindSpore calls; check a PyTorch dump "
+                                 "with a PyTorch backend (cpu, cuda, npu)", data_mode=mode, seed=seed)
     try:
-        result, saved = _run(case, inputs, backend, device_index, options, mode, seed)
+        result, saved = replay(case, inputs, backend, device_index, options, mode, seed)
     except Exception as exc:  # noqa: BLE001 - spec 3.4: the API becomes SKIP with the error text
         return skip_result(name, _exc_text(exc), data_mode=mode, seed=seed)
     result.summary = str(getattr(inputs, "summary", "") or "")

@@ -77,14 +77,15 @@ def test_directory_search_uses_natural_order(tmp_path):
 def test_msprobe_repo_fixtures_load_with_reasons(data_dir):
     ds = load_dump(data_dir / "msprobe_repo_fixtures")
     by = ds.by_name()
-    assert "MindSpore" in by["npu_megatron_mindspore::Mint.cos.0"].problem
+    assert by["npu_megatron_mindspore::Mint.cos.0"].problem is None       # MindSpore calls are replayed
+    assert "Primitive" in by["npu_megatron_mindspore::Primitive.norm.RmsNorm.0"].problem
     assert "communication" in by["npu_megatron_pytorch::Distributed.all_reduce.0"].problem
     assert "torch_npu" in by["npu_megatron_pytorch::NPU.npu_fusion_attention.0"].problem
     assert by["npu_megatron_pytorch::Torch.cos.0"].problem is None
     # the run_ut dump has no "framework" key: inferred from its tensor items
     assert by["run_ut_statistics_mix::Torch.cat.8"].framework == "pytorch"
     assert by["run_ut_statistics_mix::Torch.cat.8"].problem is None
-    assert all(c.problem for c in ds if c.framework == "mindspore")
+    assert all(c.problem for c in ds if c.framework == "mindspore" and c.prefix in ("Primitive", "Distributed"))
 
 
 def test_direction_is_split_on_the_last_dot(tmp_path):
