@@ -127,6 +127,9 @@ def add_options(parser: Any) -> None:
                 help="generate inputs from the statistics even when the dump has tensor files")
     g.addoption("--msprobe-seed", type=seed_int, default=None, metavar="INT",
                 help=f"seed of random-data mode (default {DEFAULT_SEED}); each API derives its own from it")
+    g.addoption("--msprobe-threads", type=positive_int, default=None, metavar="N",
+                help="CPU threads of each process for the bench and cpu backends (default 1: results are then "
+                     "identical whatever -n is; more threads change the reduction order of CPU kernels)")
     g.addoption("--msprobe-examples", type=positive_int, default=None, metavar="N",
                 help="random-data mode: run N Hypothesis examples per API and shrink a failure (default 1)")
     g.addoption("--msprobe-edge-values", action="store_true", default=False,
@@ -216,6 +219,7 @@ class Settings:
     timeout: float | None = None
     random: bool = False
     seed: int = DEFAULT_SEED
+    threads: int = 1
     examples: int = 1
     edge_values: bool = False
     gpu_csv: str | None = None
@@ -263,6 +267,7 @@ class Settings:
         s.timeout = opt.msprobe_timeout or (positive_float(ini("msprobe_timeout")) if ini("msprobe_timeout")
                                             else None)
         s.random = bool(opt.msprobe_random)
+        s.threads = opt.msprobe_threads or 1
         s.seed = (opt.msprobe_seed if opt.msprobe_seed is not None
                   else seed_int(ini("msprobe_seed")) if ini("msprobe_seed") else DEFAULT_SEED)
         s.examples = opt.msprobe_examples or 1

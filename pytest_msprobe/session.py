@@ -74,12 +74,12 @@ class CheckSession:
         return self._backend, self._device_index
 
     def _share_cpu_threads(self) -> None:
-        """Under xdist, split the CPU's cores between the workers: the bench (and a cpu backend) run on
-        the CPU, and N workers each using every core only fight over them."""
-        workers = int(getattr(self.config, "workerinput", {}).get("workercount", 1) or 1)
-        if workers > 1:
-            import torch
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+        """Fix the CPU thread count of this process (``--msprobe-threads``, default 1).
+
+        The same count in every process makes results identical with and without xdist (CPU kernels reduce in
+        an order that depends on the thread count), and N workers do not fight over the cores."""
+        import torch
+        torch.set_num_threads(self.settings.threads)
 
     # --- running ----------------------------------------------------------------------------------------
     def _plugin_args(self) -> list:

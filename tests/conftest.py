@@ -9,6 +9,19 @@ import pytest
 DATA = pathlib.Path(__file__).parent / "data"
 
 
+def pytest_configure(config):
+    """Import the torch modules that register operator libraries before any in-process pytester run.
+
+    pytester's in-process runs restore ``sys.modules`` afterwards; a module that registers a TORCH_LIBRARY and
+    is first imported inside such a run would be imported a second time later and fail to register again.
+    """
+    try:
+        import torch  # noqa: F401
+        import torch.distributed._functional_collectives  # noqa: F401
+    except ImportError:
+        pass
+
+
 @pytest.fixture
 def data_dir() -> pathlib.Path:
     """The bundled msprobe sample dumps (read-only: copy before modifying)."""
