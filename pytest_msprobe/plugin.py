@@ -108,6 +108,9 @@ def _check_workers(config: Any, sess: Any, backend: Any) -> None:
 
 
 def pytest_unconfigure(config: Any) -> None:
+    sess = config.stash.get(SESSION_KEY, None)
+    if sess is not None:
+        sess.close()
     reporter = config.stash.get(REPORTER_KEY, None)
     if reporter is not None:
         reporter.close()

@@ -79,7 +79,16 @@ class CheckSession:
         The same count in every process makes results identical with and without xdist (CPU kernels reduce in
         an order that depends on the thread count), and N workers do not fight over the cores."""
         import torch
+        self._threads_before = torch.get_num_threads()
         torch.set_num_threads(self.settings.threads)
+
+    def close(self) -> None:
+        """Give the process back its CPU thread count (the plugin may run inside a longer-lived process)."""
+        before = getattr(self, "_threads_before", None)
+        if before is not None:
+            import torch
+            torch.set_num_threads(before)
+            self._threads_before = None
 
     # --- running ----------------------------------------------------------------------------------------
     def _plugin_args(self) -> list:

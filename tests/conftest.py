@@ -9,6 +9,24 @@ import pytest
 DATA = pathlib.Path(__file__).parent / "data"
 
 
+def _keep_framework_modules() -> None:
+    """pytester's in-process runs drop the modules they imported; torch and MindSpore modules register operator
+    libraries at import and cannot be imported twice, so in-process runs keep them."""
+    import _pytest.pytester as pytester_mod
+
+    original = pytester_mod.SysModulesSnapshot.__init__
+
+    def init(self, preserve=None):
+        def keep(name):
+            return name.split(".")[0] in ("torch", "mindspore", "numpy") or bool(preserve and preserve(name))
+        original(self, preserve=keep)
+
+    pytester_mod.SysModulesSnapshot.__init__ = init
+
+
+_keep_framework_modules()
+
+
 def pytest_configure(config):
     """Import the torch modules that register operator libraries before any in-process pytester run.
 
@@ -37,3 +55,17 @@ def pytest_runtest_makereport(item, call):
             and item.get_closest_marker("mindspore") is not None):
         report.outcome = "failed"
         report.longrepr = f"MindSpore test skipped under CI (MSPROBE_CI=1): {report.longrepr}"
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_threads():
+    """A test that runs the checker in-process may pin torch's thread count; later tests see the default."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
