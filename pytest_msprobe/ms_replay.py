@@ -15,14 +15,12 @@ from typing import Any, Callable
 
 from .runner import (
     MULTI_BACKWARD_MESSAGE,
-    NO_BACKWARD_MESSAGE,
-    OUT_KWARG_MESSAGE,
-    CaseResult,
     _copy_tensor,
     _map,
-    _precision,
+    backward_messages,
     case_name,
     item_seed,
+    judge,
     raise_target,
 )
 
@@ -129,15 +127,12 @@ def run_ms(case: Any, inputs: Any, backend: Any, device_index: int, options: Any
     import torch
 
     from generators.ms_apis import resolve_ms_api
-    from pytest_msprobe.precision.standards import GRAD_INDEX, NO_BACKWARD_APIS, get_standard
+    from pytest_msprobe.precision.standards import GRAD_INDEX, get_standard
 
     from .ms_devices import MsCpuBackend, is_ms_backend, mindspore, to_ms
     ms = mindspore()
     if not is_ms_backend(backend):
         backend, device_index = MsCpuBackend(), 0
-    compare_outputs = _precision("compare_outputs")
-    rollup = _precision("rollup")
-    skip_row = _precision("skip_row")
     std = get_standard(options.standard)
     name = case_name(case)
     api = case.api
@@ -146,11 +141,7 @@ def run_ms(case: Any, inputs: Any, backend: Any, device_index: int, options: Any
     args = list(inputs.args or ())
     kwargs = dict(inputs.kwargs or {})
     kwargs.pop("device", None)
-    messages = []
-    if "out" in kwargs:
-        messages.append(OUT_KWARG_MESSAGE)
-    if api in NO_BACKWARD_APIS:
-        messages.append(NO_BACKWARD_MESSAGE)
+    messages = backward_messages(api, kwargs)
     floats, tensors = _grad_positions(args, torch)
     want_backward = (getattr(case, "backward", None) is not None and not messages and bool(floats)
                      and getattr(inputs, "grad_output", None) is not None)
@@ -200,33 +191,7 @@ def run_ms(case: Any, inputs: Any, backend: Any, device_index: int, options: Any
         bench_grads, dev_grads = [], []
 
     b_cmp, d_cmp, bg_cmp, dg_cmp = bench_out, dev_out, list(bench_grads), list(dev_grads)
-    details: list = []
-    if "dropout" in name:
-        dropout_status = _precision("dropout_status")
-        forward = dropout_status(b_cmp, d_cmp)
-        backward = dropout_status(bg_cmp[0], dg_cmp[0]) if bg_cmp and dg_cmp and bg_cmp[0] is not None else None
-    else:
-        fwd_rows = compare_outputs(api, name, "forward", b_cmp, d_cmp, version=std.name)
-        bwd_rows = compare_outputs(api, name, "backward", bg_cmp, dg_cmp, version=std.name) if bg_cmp else []
-        details = list(fwd_rows) + list(bwd_rows)
-        forward = rollup([r.status for r in fwd_rows], version=std.name) or "pass"
-        backward = rollup([r.status for r in bwd_rows], version=std.name) if bwd_rows else None
-    if note:
-        for row in details:
-            row.message = f"{row.message}\n{note}" if str(row.message or "").strip() else note
-    message = None
-    if messages:
-        text = "".join(messages)
-        details.append(skip_row(f"{name}.backward.output.0", text))
-        if backward is None and std.all_skip_is_skip:
-            backward = "SKIP"
-            message = text
-    if forward == "SKIP":
-        first = next((r for r in details if ".forward." in r.name), None)
-        message = first.message if first is not None else (message or "")
-    result = CaseResult(name, forward, backward, message, details, mode, seed)
-    if note:
-        result.note += f"\n{note}"
+    result = judge(name, api, std, (b_cmp, d_cmp, bg_cmp, dg_cmp), messages, mode, seed, note)
     saved = {
         "forward.input": [*args, *kwargs.values()],
         "forward.output.bench": b_cmp, "forward.output.device": d_cmp,

@@ -280,17 +280,61 @@ def run_with_inputs(case: Any, inputs: Any, backend: Any, device_index: int, opt
     return result
 
 
+def backward_messages(api: str, kwargs: dict) -> list:
+    """Why backward is not run for this call (spec 1.4), before anything runs."""
+    from pytest_msprobe.precision.standards import NO_BACKWARD_APIS
+    messages = []
+    if "out" in kwargs:
+        messages.append(OUT_KWARG_MESSAGE)
+    if api in NO_BACKWARD_APIS:
+        messages.append(NO_BACKWARD_MESSAGE)
+    return messages
+
+
+def judge(name: str, api: str, std: Any, outputs: tuple, messages: list, mode: str, seed: int,
+          note: str = "") -> CaseResult:
+    """Detail rows and roll-up of one call from its CPU-side outputs (bench, device, bench grads, device grads).
+
+    Shared by every framework's replay: dropout rule (spec 3.5), compare_outputs, roll-up (3.6), the backward
+    SKIP row for ``messages`` (3.3) and the result row's message. ``note`` is appended to every row's message.
+    """
+    b_cmp, d_cmp, bg_cmp, dg_cmp = outputs
+    compare_outputs = _precision("compare_outputs")
+    rollup = _precision("rollup")
+    details: list = []
+    if "dropout" in name:
+        dropout_status = _precision("dropout_status")
+        forward = dropout_status(b_cmp, d_cmp)
+        backward = dropout_status(bg_cmp[0], dg_cmp[0]) if bg_cmp and dg_cmp and bg_cmp[0] is not None else None
+    else:
+        fwd_rows = compare_outputs(api, name, "forward", b_cmp, d_cmp, version=std.name)
+        bwd_rows = compare_outputs(api, name, "backward", bg_cmp, dg_cmp, version=std.name) if bg_cmp else []
+        details = list(fwd_rows) + list(bwd_rows)
+        forward = rollup([r.status for r in fwd_rows], version=std.name) or "pass"
+        backward = rollup([r.status for r in bwd_rows], version=std.name) if bwd_rows else None
+    if note:
+        for row in details:
+            row.message = f"{row.message}\n{note}" if str(row.message or "").strip() else note
+    message = None
+    if messages:
+        text = "".join(messages)
+        details.append(_precision("skip_row")(f"{name}.backward.output.0", text))
+        if backward is None and std.all_skip_is_skip:
+            backward = "SKIP"
+            message = text
+    if forward == "SKIP":
+        first = next((r for r in details if ".forward." in r.name), None)
+        message = first.message if first is not None else (message or "")
+    result = CaseResult(name, forward, backward, message, details, mode, seed)
+    if note:
+        result.note += f"\n{note}"
+    return result
+
+
 def _run(case: Any, inputs: Any, backend: Any, device_index: int, options: RunOptions, mode: str,
          seed: int) -> tuple:
     torch = _torch()
-    from pytest_msprobe.precision.standards import (
-        GRAD_INDEX,
-        NO_BACKWARD_APIS,
-        get_standard,
-    )
-    compare_outputs = _precision("compare_outputs")
-    rollup = _precision("rollup")
-    skip_row = _precision("skip_row")
+    from pytest_msprobe.precision.standards import GRAD_INDEX, get_standard
     std = get_standard(options.standard)
     name = case_name(case)
     api = case.api
@@ -302,11 +346,7 @@ def _run(case: Any, inputs: Any, backend: Any, device_index: int, options: RunOp
     kwargs.pop("device", None)
 
     has_backward_entry = getattr(case, "backward", None) is not None
-    messages = []
-    if "out" in kwargs:
-        messages.append(OUT_KWARG_MESSAGE)
-    if api in NO_BACKWARD_APIS:
-        messages.append(NO_BACKWARD_MESSAGE)
+    messages = backward_messages(api, kwargs)
     want_backward = has_backward_entry and not messages and getattr(inputs, "grad_output", None) is not None
     arg_flags, kw_flags = _grad_flags(case, args, kwargs, torch) if want_backward else ([], {})
 
@@ -369,28 +409,7 @@ def _run(case: Any, inputs: Any, backend: Any, device_index: int, options: RunOp
     bg_cmp = _to_cpu(bench_grads, torch)
     dg_cmp = _to_cpu(dev_grads, torch)
 
-    details: list = []
-    if "dropout" in name:
-        dropout_status = _precision("dropout_status")
-        forward = dropout_status(b_cmp, d_cmp)
-        backward = dropout_status(bg_cmp[0], dg_cmp[0]) if bg_cmp and dg_cmp and bg_cmp[0] is not None else None
-    else:
-        fwd_rows = compare_outputs(api, name, "forward", b_cmp, d_cmp, version=std.name)
-        bwd_rows = compare_outputs(api, name, "backward", bg_cmp, dg_cmp, version=std.name) if bg_cmp else []
-        details = list(fwd_rows) + list(bwd_rows)
-        forward = rollup([r.status for r in fwd_rows], version=std.name) or "pass"
-        backward = rollup([r.status for r in bwd_rows], version=std.name) if bwd_rows else None
-    message = None
-    if messages:
-        text = "".join(messages)
-        details.append(skip_row(f"{name}.backward.output.0", text))
-        if backward is None and std.all_skip_is_skip:
-            backward = "SKIP"
-            message = text
-    if forward == "SKIP":
-        first = next((r for r in details if ".forward." in r.name), None)
-        message = first.message if first is not None else (message or "")
-    result = CaseResult(name, forward, backward, message, details, mode, seed)
+    result = judge(name, api, std, (b_cmp, d_cmp, bg_cmp, dg_cmp), messages, mode, seed)
     saved = {
         "forward.input": [*args, *kwargs.values()],
         "forward.output.bench": bench_out, "forward.output.device": dev_out,
