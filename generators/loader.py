@@ -208,6 +208,7 @@ def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -
     pairs = data.pairs if isinstance(data, jsonsafe.DuplicateKeyDict) else list(data.items())
     duplicated = set(getattr(data, "duplicates", ()))
     calls: dict = {}
+    raw_names: dict = {}          # printable call name -> the call name as written in the dump
     excluded: list = []
     for key, entry in pairs:
         try:
@@ -226,6 +227,10 @@ def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -
         if call is None:
             call = calls[name] = _Call(name, parsed.prefix, parsed.api,
                                        parsed.index if parsed.index is not None else -1)
+            raw_names[name] = parsed.api_call
+        elif raw_names.get(name) != parsed.api_call:
+            call.problems.append(f"entries {raw_names.get(name)!r} and {parsed.api_call!r} both print as "
+                                 f"{name!r}; the call is ambiguous: rename one of them")
         if parsed.kind == "jit":
             call.problems.append(f"{key}: a Jit entry is a whole jitted function, which cannot be replayed "
                                  "as one API call")

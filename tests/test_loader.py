@@ -212,3 +212,14 @@ def test_names_with_control_characters_are_escaped(tmp_path):
     names = [c.name for c in ds]
     assert names == ["Torch.re\\x20lu\\n.0", "bad\\tkey"]
     assert all(c.problem for c in ds)
+
+
+def test_calls_whose_names_print_alike_are_not_merged_silently(tmp_path):
+    from generators.loader import load_dump
+
+    entry = {"input_args": [], "input_kwargs": {}, "output": []}
+    doc = {"task": "statistics", "level": "L1", "dump_data_dir": None,
+           "data": {"Torch.a b.0.forward": entry, "Torch.a\\x20b.0.forward": entry}}
+    (tmp_path / "dump.json").write_text(json.dumps(doc))
+    cases = load_dump(str(tmp_path / "dump.json")).cases
+    assert len(cases) == 1 and "both print as" in (cases[0].problem or "")
