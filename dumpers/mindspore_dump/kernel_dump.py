@@ -47,13 +47,13 @@ def execution_mode() -> str:
 def native_config(config: MsDumpConfig, mode: str) -> dict:
     """MindSpore's dump configuration for this debugger config (dump-format spec section 12)."""
     common = {
-        "dump_mode": 1 if config.list else 0,
+        "dump_mode": 1 if config.api_list else 0,
         "path": config.dump_path,
         "net_name": "Net",
         "iteration": "|".join(str(s) for s in config.step) if config.step else "all",
         "saved_data": "tensor" if config.task == "tensor" else "statistic",
         "input_output": INPUT_OUTPUT[config.data_mode[0]],
-        "kernels": list(config.list),
+        "kernels": list(config.api_list),
         "support_device": list(config.rank) if config.rank else list(range(8)),
     }
     if mode == GRAPH_GE:

@@ -59,7 +59,7 @@ class DumpService(CellHooks):
         self.ended = False
         self.busy = False                  # process-global nesting guard
         self.counters: dict = {}
-        self.filter = EntryFilter(config.scope, config.list, config.data_mode)
+        self.filter = EntryFilter(config.scope, config.api_list, config.data_mode)
         self.writer: StepWriter | None = None
         self.summariser: Summariser | None = None
         self.api_patcher = ApiPatcher(self.call_api)
