@@ -209,6 +209,46 @@ def _int_list(values: list, level: int) -> Any:
     return "[" + inner + ("," + inner).join(map(_INT_REPR, values)) + "\n" + " " * level + "]"
 
 
+_TENSOR_ITEM_KEYS = ("type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad")
+_INDENTS = ["\n" + " " * n for n in range(64)]
+
+
+def _tensor_item_text(obj: dict, level: int) -> Any:
+    """Text of a tensor item whose first keys are the usual eight (one format call), or None.
+
+    Keys after the eighth (data_name, md5, Max_except_inf_nan...) go through the general encoder.
+    """
+    keys = tuple(obj)
+    if keys[:8] != _TENSOR_ITEM_KEYS or level + 2 >= len(_INDENTS):
+        return None
+    t, dtype, shape, mx, mn, mean, norm, grad = obj.values() if len(keys) == 8 else [obj[k] for k in keys[:8]]
+    if type(t) is not str or type(dtype) is not str or type(shape) is not list or type(grad) is not bool:
+        return None
+    try:
+        stats = [_SCALAR_TEXT[type(mx)](mx), _SCALAR_TEXT[type(mn)](mn), _SCALAR_TEXT[type(mean)](mean),
+                 _SCALAR_TEXT[type(norm)](norm)]
+    except KeyError:
+        return None
+    if shape:
+        shape_text = _int_list(shape, level + 1)
+        if shape_text is None:
+            return None
+    else:
+        shape_text = "[]"
+    i = _INDENTS[level + 1]
+    head = (f'{{{i}"type": {_ESCAPE_ASCII(t)},{i}"dtype": {_ESCAPE_ASCII(dtype)},{i}"shape": {shape_text},'
+            f'{i}"Max": {stats[0]},{i}"Min": {stats[1]},{i}"Mean": {stats[2]},{i}"Norm": {stats[3]},'
+            f'{i}"requires_grad": {"true" if grad else "false"}')
+    if len(keys) == 8:
+        return head + _INDENTS[level] + "}"
+    out = [head]
+    for key in keys[8:]:
+        out.append(f",{i}{_ESCAPE_ASCII(key if type(key) is str else _key_text(key))}: ")
+        _encode_into(obj[key], level + 1, out)
+    out.append(_INDENTS[level] + "}")
+    return "".join(out)
+
+
 def _encode_into(obj: Any, level: int, out: list) -> None:
     text = _SCALAR_TEXT.get(type(obj))
     if text is not None:
@@ -218,6 +258,11 @@ def _encode_into(obj: Any, level: int, out: list) -> None:
         if not obj:
             out.append("{}")
             return
+        if "requires_grad" in obj:
+            text = _tensor_item_text(obj, level)
+            if text is not None:
+                out.append(text)
+                return
         inner = "\n" + " " * (level + 1)
         sep = "{" + inner
         for key, value in obj.items():

@@ -6,6 +6,7 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -71,8 +72,8 @@ SPECIAL = [torch.tensor([1.0, float("nan"), -2.0]), torch.tensor([float("inf"), 
 
 @pytest.mark.parametrize("t", SPECIAL, ids=lambda t: f"{t.dtype}-{tuple(t.shape)}")
 def test_cpu_numbers_equal_the_torch_reductions(t):
-    from dumpers.torch_dump.stats import _kind
-    kind = _kind(t)
+    from dumpers.torch_dump.stats import kind_of
+    kind = kind_of(t)
     ours = _cpu_numbers(t, kind)
     ref = [v.item() for v in _reductions(t, kind)]
     assert len(ours) == len(ref)
@@ -128,3 +129,71 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def _exact(t: torch.Tensor) -> list:
+    d = t.double()
+    return [d.max().item(), d.min().item(), d.mean().item(), torch.linalg.vector_norm(d).item()]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(64,), (1000,), (3, 77, 5), (256, 1024)])
+def test_one_pass_statistics_are_the_exact_values_rounded(dtype, shape):
+    from dumpers.torch_dump import fastreduce
+    if not fastreduce.kernels():
+        pytest.skip("numba is not installed")
+    torch.manual_seed(sum(shape))
+    t = (torch.randn(shape, dtype=torch.float64) * 1e3 + 7).to(dtype)
+    got = fastreduce.summarize(t.numpy())
+    ref = _exact(t)
+    assert got[:2] == ref[:2]
+    tol = 1e-7 if dtype == torch.float32 else 1e-13        # float32: one rounding of the exact value
+    assert got[2] == pytest.approx(ref[2], rel=tol) and got[3] == pytest.approx(ref[3], rel=tol)
+    if dtype == torch.float32:
+        assert got[2] == float(np.float32(ref[2])) or abs(got[2] - ref[2]) <= abs(ref[2]) * 1.2e-7
+        assert got[3] == float(np.float32(ref[3]))
+
+
+@pytest.mark.parametrize("special", [math.nan, math.inf, -math.inf])
+def test_one_pass_statistics_leave_non_finite_data_to_the_nan_aware_path(special):
+    from dumpers.torch_dump import fastreduce
+    t = torch.randn(500)
+    t[123] = special
+    assert fastreduce.summarize(t.numpy()) is None
+    batch = StatBatch()
+    item = batch.add(t)
+    batch.resolve()
+    ref = [v.item() for v in _reductions(t, "float")]
+    assert [item["Max"], item["Min"]] == pytest.approx(ref[:2], nan_ok=True)
+    assert "Max_except_inf_nan" in item
+
+
+def test_one_pass_statistics_signed_zeros_and_subnormals():
+    from dumpers.torch_dump import fastreduce
+    if not fastreduce.kernels():
+        pytest.skip("numba is not installed")
+    t = torch.tensor([-0.0, 0.0, 1e-45, -1e-45, -3.0, 2.0] * 20)
+    mx, mn, mean, norm = fastreduce.summarize(t.numpy())
+    assert (mx, mn) == (2.0, -3.0)
+    t = torch.tensor([-0.0, 1e-45, -1e-45] * 30)
+    mx, mn, mean, norm = fastreduce.summarize(t.numpy())
+    assert mx == t.max().item() and mn == t.min().item() and mean == 0.0
+
+
+def test_statistics_without_the_jit_match_the_jit(tmp_path):
+    """MSPROBE_DUMP_JIT=0 (or no numba) gives the same Max/Min and Mean/Norm within float32 rounding."""
+    import subprocess
+    import sys
+    code = ("import json, sys, torch; from dumpers.torch_dump.stats import StatBatch; torch.manual_seed(0); "
+            "b = StatBatch(); items = [b.add(torch.randn(n) * 5 + 1) for n in (70, 4096, 300000)]; b.resolve(); "
+            "print(json.dumps(items))")
+    root = Path(__file__).resolve().parents[1]
+    outs = []
+    for jit in ("1", "0"):
+        env = dict(os.environ, MSPROBE_DUMP_JIT=jit, PYTHONPATH=str(root))
+        outs.append(json.loads(subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                                              capture_output=True, text=True).stdout))
+    for a, b in zip(*outs):
+        assert (a["Max"], a["Min"]) == (b["Max"], b["Min"])
+        assert a["Mean"] == pytest.approx(b["Mean"], rel=1e-5, abs=1e-6)
+        assert a["Norm"] == pytest.approx(b["Norm"], rel=1e-5)

@@ -13,12 +13,13 @@ import weakref
 import zlib
 from typing import Optional
 
+import numpy as np
 import torch
 
 from dumpers import format as fmt
+from dumpers.torch_dump import fastreduce
 
-_CACHED_KEYS = ("Max", "Min", "Mean", "Norm", "Max_except_inf_nan", "Min_except_inf_nan", "md5")
-_STAT_NONE = {"Max": None, "Min": None, "Mean": None, "Norm": None}
+_EXTRA_KEYS = ("Max_except_inf_nan", "Min_except_inf_nan", "md5")
 
 
 def version_of(t: torch.Tensor) -> Optional[int]:
@@ -26,18 +27,29 @@ def version_of(t: torch.Tensor) -> Optional[int]:
     return None if t.is_inference() else t._version
 
 
-def _kind(t: torch.Tensor) -> str:
+_TENSOR = fmt.TORCH_TENSOR_TYPE
+_DTYPES: dict = {}                      # dtype -> (its dump.json name, statistics kind)
+
+
+def _dtype_info(dtype: torch.dtype) -> tuple:
+    if dtype == torch.bool:
+        kind = "bool"
+    elif dtype.is_complex:
+        kind = "complex"
+    elif dtype.is_floating_point:
+        kind = "float"
+    else:
+        kind = "int"
+    info = _DTYPES[dtype] = (str(dtype), kind)
+    return info
+
+
+def kind_of(t: torch.Tensor) -> str:
+    """The statistics kind of ``t``: empty, bool, scalar, complex, float or int."""
     if t.is_meta or t.numel() == 0:
         return "empty"
-    if t.dtype == torch.bool:
-        return "bool"
-    if t.dim() == 0:
-        return "scalar"
-    if t.is_complex():
-        return "complex"
-    if t.is_floating_point():
-        return "float"
-    return "int"
+    kind = (_DTYPES.get(t.dtype) or _dtype_info(t.dtype))[1]
+    return "scalar" if kind != "bool" and t.dim() == 0 else kind
 
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -51,6 +63,7 @@ def _mean(t: torch.Tensor) -> torch.Tensor:
 
 
 # dtypes whose CPU max/min numpy computes exactly and several times faster than ``torch.aminmax``
+_MAX, _MIN = np.maximum.reduce, np.minimum.reduce
 _NUMPY_MINMAX = frozenset((torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
                            torch.uint8))
 
@@ -58,9 +71,9 @@ _NUMPY_MINMAX = frozenset((torch.float32, torch.float64, torch.int64, torch.int3
 def _cpu_numbers(t: torch.Tensor, kind: str) -> list:
     """The statistics of a CPU tensor as Python numbers, computed now (no later sync to save on the host).
 
+    Contiguous finite float32/float64 tensors take the one-pass kernel (:mod:`fastreduce`). Otherwise
     Max and Min of float32/float64 and integer tensors come from numpy's vectorised reductions over
-    the same memory (exact, NaN-propagating like ``aminmax``); Mean and Norm stay torch's reductions
-    so their rounding is unchanged.
+    the same memory (exact, NaN-propagating like ``aminmax``) and Mean and Norm from torch's.
     """
     if kind in ("float", "int") and t.dtype in _NUMPY_MINMAX:
         try:
@@ -68,7 +81,11 @@ def _cpu_numbers(t: torch.Tensor, kind: str) -> list:
         except (RuntimeError, TypeError):
             a = None
         if a is not None:
-            mx, mn = a.max().item(), a.min().item()
+            if kind == "float" and a.flags.c_contiguous:
+                numbers = fastreduce.summarize(a)
+                if numbers is not None:
+                    return numbers
+            mx, mn = _MAX(a, axis=None).item(), _MIN(a, axis=None).item()
             if kind == "int":
                 return [mx, mn]
             return [mx, mn, _mean(t).item(), torch.linalg.vector_norm(t).item()]
@@ -122,14 +139,15 @@ class StatCache:
     """Summaries of tensors already seen, keyed by identity and version counter.
 
     The output of one call is usually the input of the next; a hit skips the reductions. An entry is
-    valid only while the very same tensor object is alive and has not been written to since.
+    valid only while the very same tensor object is alive and has not been written to since. An entry
+    holds the four statistics and a dict of the extra keys (``md5``, ``*_except_inf_nan``) or None.
     """
 
     def __init__(self, limit: int = 8192) -> None:
         self._entries: dict = {}
         self._limit = limit
 
-    def get(self, t: torch.Tensor) -> Optional[dict]:
+    def get(self, t: torch.Tensor) -> Optional[tuple]:
         hit = self._entries.get(id(t))
         if hit is None:
             return None
@@ -138,13 +156,15 @@ class StatCache:
             return None
         return stats
 
-    def put(self, t: torch.Tensor, version: Optional[int], stats: dict) -> None:
+    def put(self, t: torch.Tensor, version: Optional[int], item: dict) -> None:
         if version is None:
             return
         if len(self._entries) >= self._limit:
             self._entries.clear()
+        extra = {k: item[k] for k in _EXTRA_KEYS if k in item} if len(item) > 8 else None
         try:
-            self._entries[id(t)] = (weakref.ref(t), version, stats)
+            self._entries[id(t)] = (weakref.ref(t), version, (item["Max"], item["Min"], item["Mean"], item["Norm"],
+                                                              extra or None))
         except TypeError:
             pass
 
@@ -168,43 +188,56 @@ class StatBatch:
         self.twins.clear()
 
     def add(self, t: torch.Tensor, cacheable: bool = False) -> dict:
-        """The JSON item for ``t`` (type, dtype, shape, stats placeholders, requires_grad).
+        """The JSON item for ``t`` (type, dtype, shape, statistics, requires_grad).
 
         ``cacheable``: ``t`` was just produced by a recorded call (an output) or takes part in autograd
         (``requires_grad``: kernels cannot change those behind the version counter). Other inputs may
         be buffers that kernels update without bumping the version (BatchNorm's running statistics),
-        so their statistics are never reused.
+        so their statistics are never reused. CPU statistics are filled in at once; accelerator ones
+        by :meth:`resolve`.
         """
-        item = {"type": fmt.TORCH_TENSOR_TYPE, "dtype": str(t.dtype), "shape": list(t.shape)}
-        cached = self.cache.get(t) if self.cache is not None else None
-        if cached is not None:
-            for key in fmt.STAT_KEYS:
-                item[key] = cached[key]
-            item["requires_grad"] = t.requires_grad
-            for key in _CACHED_KEYS[4:]:
-                if key in cached:
-                    item[key] = cached[key]
-            return item
-        kind = _kind(t)
-        item.update(_STAT_NONE)
-        item["requires_grad"] = t.requires_grad
+        info = _DTYPES.get(t.dtype)
+        if info is None:
+            info = _dtype_info(t.dtype)
+        requires_grad = t.requires_grad
+        try:
+            version = t._version
+        except RuntimeError:            # inference tensors have no version counter: never reused
+            version = None
+        cache = self.cache
+        if cache is not None and version is not None:
+            hit = cache._entries.get(id(t))
+            if hit is not None and hit[1] == version and hit[0]() is t:
+                mx, mn, mean, norm, extra = hit[2]
+                item = {"type": _TENSOR, "dtype": info[0], "shape": list(t.shape), "Max": mx, "Min": mn,
+                        "Mean": mean, "Norm": norm, "requires_grad": requires_grad}
+                if extra:
+                    item.update(extra)
+                return item
+        item = {"type": _TENSOR, "dtype": info[0], "shape": list(t.shape), "Max": None, "Min": None, "Mean": None,
+                "Norm": None, "requires_grad": requires_grad}
+        kind = kind_of(t)
         if kind == "empty":
             return item
-        version = version_of(t)
-        twin = self.twins.get(id(t))
-        if twin is not None and twin[0] is t and twin[1] == version and version is not None:
+        twin = self.twins.get(id(t)) if version is not None else None
+        if twin is not None and twin[0] is t and twin[1] == version:
             data, values = twin[2], twin[3]  # the same tensor, unchanged, twice in one call (x * x)
         else:
-            data = t.detach()
+            data = t.detach() if requires_grad else t
             if data.layout != torch.strided:
                 data = data.to_dense()
-            if data.device.type == "cpu":   # on the host already: the numbers now, no later transfer
+            if data.is_cpu:             # on the host already: the numbers now, no later transfer
                 values = _cpu_numbers(data, kind)
             else:
                 values = _reductions(data, kind)
             if version is not None:
                 self.twins[id(t)] = (t, version, data, values)
-        self.pending.append((item, kind, data, values, t if cacheable else None, version))
+        if isinstance(values[0], torch.Tensor):
+            self.pending.append((item, kind, data, values, t if cacheable else None, version))
+            return item
+        self._fill(item, kind, data, values)
+        if cacheable and cache is not None:
+            cache.put(t, version, item)
         return item
 
     def resolve(self) -> None:
@@ -246,7 +279,7 @@ class StatBatch:
                 numbers = [host[key[0]][offsets[key] + i] for key, i in item_slots]
             self._fill(item, kind, data, numbers)
             if cache is not None and t is not None:
-                cache.put(t, version, {k: item[k] for k in _CACHED_KEYS if k in item})
+                cache.put(t, version, item)
         self.pending.clear()
 
     def _fill(self, item: dict, kind: str, data: torch.Tensor, v: list) -> None:
