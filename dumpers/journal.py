@@ -11,7 +11,7 @@ Record kinds (``"t"``):
 |---|---|---|
 | ``m`` | task, level, framework, dump_data_dir | dump.json header, first line |
 | ``e`` | k (entry key), v (entry), s (stack id, optional) | one dump.json entry |
-| ``x`` | k (entry key), x (the entry's dump.json text), s (stack id, optional) | one dump.json entry, pre-encoded |
+| ``x`` | k (entry key), x (the entry's dump.json text), s (stack id, optional) | an entry as text (still read) |
 | ``s`` | i (stack id), l (formatted frame lines) | a new call stack |
 | ``c`` | k (name), p (parent name or null) | one construct.json node |
 
@@ -32,6 +32,10 @@ try:                                        # one C encoder, reused: json.dumps 
                                           False, False, True)
 except (AttributeError, TypeError):         # pragma: no cover - interpreters without the C accelerator
     _ENCODE = None
+
+
+_ESCAPE = json.encoder.encode_basestring_ascii
+_NL, _TAB = "\n", "\t"
 
 
 def _line(record: dict) -> bytes:
@@ -68,11 +72,19 @@ class JournalWriter:
         self.write(rec)
 
     def entry_text(self, key: str, text: str, stack_id: Optional[int] = None) -> None:
-        """An entry whose dump.json text is already made: the journal keeps the text as a JSON string."""
-        rec = {"t": "x", "k": key, "x": text}
-        if stack_id is not None:
-            rec["s"] = stack_id
-        self.write(rec)
+        """An ``e`` record for an entry whose dump.json text is already made, without encoding it again.
+
+        The text's newlines are structural (JSON escapes those inside strings), and so are its tabs:
+        none. Turned into tabs, which JSON also reads as whitespace, the text becomes the one-line value
+        of ``v`` as it stands.
+        """
+        if self._fd is None:
+            return
+        sid = "" if stack_id is None else f',"s":{int(stack_id)}'
+        data = f'{{"t":"e","k":{_ESCAPE(key)}{sid},"v":{text.replace(_NL, _TAB)}}}\n'.encode("ascii")
+        while data:
+            n = os.write(self._fd, data)
+            data = data[n:]
 
     def stack(self, stack_id: int, lines: list) -> None:
         self.write({"t": "s", "i": stack_id, "l": lines})

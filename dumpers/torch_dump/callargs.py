@@ -117,9 +117,11 @@ def as_written(func: Any, args: tuple, kwargs: dict, bound_method: bool) -> tupl
     argc, names = shape
     n_pos = argc - len(names) + (1 if bound_method else 0)
     positional, keyword_only, var = _parameters(impl.f_code)
-    values = impl.f_locals
     if n_pos > len(positional) and var is None:
         return args, kwargs
+    values = _received(impl.f_code, positional, args, kwargs, n_pos, names)
+    if values is None:
+        values = impl.f_locals   # builds a dict of every local of the implementation: the slow way
     try:
         out_args = [values[n] for n in positional[:n_pos]]
         if n_pos > len(positional):
@@ -128,6 +130,26 @@ def as_written(func: Any, args: tuple, kwargs: dict, bound_method: bool) -> tupl
     except (KeyError, TypeError):
         return args, kwargs
     return tuple(out_args), out_kw
+
+
+def _received(code: Any, positional: tuple, args: tuple, kwargs: dict, n_pos: int, names: tuple) -> Optional[dict]:
+    """Parameter values as handed to ``handle_torch_function``, when they cover every written argument.
+
+    Implementations pass their parameters on unchanged (``handle_torch_function(f, (x,), x, p=p)``),
+    so the received arguments, bound to the implementation's parameter names, hold the values the
+    user wrote without reading the frame's locals. None when a written argument is not among them.
+    """
+    if n_pos > len(positional) or len(args) > len(positional):
+        return None
+    values = dict(zip(positional, args))
+    values.update(kwargs)
+    for n in positional[:n_pos]:
+        if n not in values:
+            return None
+    for n in names:
+        if n not in values:
+            return None
+    return values
 
 
 def _drop_defaults(func: Any, kwargs: dict) -> dict:

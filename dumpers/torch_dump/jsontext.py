@@ -23,7 +23,7 @@ def entry_text(entry: dict) -> str:
     Encoded strings never hold a raw newline (JSON escapes them), so every newline of the text is
     structural and indenting it shifts the whole value two levels deeper.
     """
-    return fmt.dumps_json_fast(entry).replace("\n", _ENTRY_INDENT)
+    return fmt.dumps_json_fast(entry, ENTRY_LEVEL)
 
 
 def dump_json_text(header: dict, texts: dict) -> str:

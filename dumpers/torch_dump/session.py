@@ -267,8 +267,7 @@ class DumpSession:
             if twin is not None and version is not None and twin[0] is t and twin[1:3] == (version, phase):
                 writer.submit(full, None, link_to=twin[3])
                 return
-            copy = t.detach().clone(memory_format=torch.contiguous_format)
-            writer.submit(full, copy)
+            writer.submit_copy(full, t)
             if version is not None:
                 twins[id(t)] = (t, version, phase, full)
             if path[0] == "output" and version is not None:   # fresh results only: see StatBatch.add

@@ -7,13 +7,17 @@ kept and reported once; later tensors are dropped rather than crashing the train
 
 Files are written with ``torch.save``'s non-zip format: ``torch.load`` (``weights_only=True``
 included) reads it, and it costs a third of the zip writer's time per file, which dominates a tensor
-dump. The same tensor seen again unchanged (one call's output is the next call's input) becomes a
+dump. The bytes before the data depend only on dtype and shape, so they are made once per pair and
+each file is then two plain writes (:func:`legacy_parts`); tensors that do not qualify go through
+``torch.save``. The same tensor seen again unchanged (one call's output is the next call's input) becomes a
 hard link to the first file instead of a second copy.
 """
 from __future__ import annotations
 
+import io
 import logging
 import os
+import pickle
 import threading
 from collections import deque
 from typing import Optional
@@ -25,6 +29,59 @@ from dumpers import format as fmt
 log = logging.getLogger("pytest_msprobe.dump")
 
 DEFAULT_BUDGET = 512 * 1024 * 1024
+_LEGACY_MAGIC = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)
+
+
+_headers: dict = {}                    # (dtype, shape) -> the bytes torch.save writes before the data
+
+
+def legacy_parts(tensor: torch.Tensor) -> Optional[tuple]:
+    """``(header, data)`` whose concatenation is what ``torch.save`` (non-zip format) writes for ``tensor``.
+
+    That format is a few pickles (magic number, protocol, system info, the tensor's metadata, the
+    storage key list) followed by the storage size and its raw bytes. For a dense contiguous tensor
+    that owns its whole storage, everything before the raw bytes depends only on dtype and shape
+    (the storage key is an arbitrary name shared by the tensor and the key list), so it is made once
+    per (dtype, shape) by saving a template and checked against a second template with other data.
+    None when the tensor does not qualify or the check fails: the caller uses ``torch.save``.
+    """
+    if tensor.layout != torch.strided or not tensor.is_contiguous() or tensor.storage_offset() != 0 \
+            or tensor.requires_grad or type(tensor) is not torch.Tensor:
+        return None
+    nbytes = tensor.numel() * tensor.element_size()
+    if tensor.untyped_storage().nbytes() != nbytes or nbytes == 0:
+        return None
+    key = (tensor.dtype, tuple(tensor.shape))
+    header = _headers.get(key)
+    if header is None:
+        header = _headers[key] = _make_header(tensor.dtype, tensor.shape) or b""
+    if not header:
+        return None
+    try:
+        data = tensor.reshape(-1).view(torch.uint8).numpy()
+    except (RuntimeError, TypeError):
+        return None
+    return header, data
+
+
+def _make_header(dtype: torch.dtype, shape: torch.Size) -> Optional[bytes]:
+    try:
+        blobs = []
+        for fill in (0, 1):
+            template = torch.full(shape, fill, dtype=dtype)
+            buf = io.BytesIO()
+            torch.save(template, buf, _use_new_zipfile_serialization=False)
+            raw = template.reshape(-1).view(torch.uint8).numpy().tobytes()
+            blob = buf.getvalue()
+            if not blob.endswith(raw):
+                return None
+            blobs.append(blob[: len(blob) - len(raw)])
+        # the two headers differ only in the storage key (a pointer value): use the first as it stands
+        if len(blobs[0]) != len(blobs[1]) or not blobs[0].startswith(_LEGACY_MAGIC):
+            return None
+        return blobs[0]
+    except Exception:  # noqa: BLE001 - an unusual dtype: torch.save writes it
+        return None
 
 
 class TensorWriter:
@@ -39,12 +96,16 @@ class TensorWriter:
         self.error: Optional[BaseException] = None
         self.written = 0
         self.dropped = 0
+        self._free: dict = {}              # nbytes -> idle uint8 buffers (see submit_copy)
+        self._pooled = 0
         self._thread = threading.Thread(target=self._run, name="msprobe-tensor-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, path: str, tensor: Optional[torch.Tensor], link_to: Optional[str] = None) -> None:
+    def submit(self, path: str, tensor: Optional[torch.Tensor], link_to: Optional[str] = None,
+               buffer: Optional[torch.Tensor] = None) -> None:
         """Queue ``tensor`` (already a private copy) for ``path``, or a hard link of ``link_to``.
 
+        ``buffer``: the recycled buffer ``tensor`` lives in, taken back once the file is written.
         Blocks only while the byte budget is full.
         """
         nbytes = 0 if tensor is None else tensor.numel() * tensor.element_size()
@@ -54,9 +115,43 @@ class TensorWriter:
                 return
             while self._pending_bytes and self._pending_bytes + nbytes > self.budget and self.error is None:
                 self._cond.wait()
-            self._queue.append((path, tensor, nbytes, link_to))
+            self._queue.append((path, tensor, nbytes, link_to, buffer))
             self._pending_bytes += nbytes
             self._cond.notify_all()
+
+    def submit_copy(self, path: str, tensor: torch.Tensor) -> None:
+        """Queue a private copy of ``tensor`` for ``path``.
+
+        CPU tensors are copied into a buffer recycled from earlier files of the same size: a fresh
+        allocation per tensor costs a page fault per 4 KiB, more than the copy itself, and a step
+        dumps the same sizes again and again.
+        """
+        data = tensor.detach()
+        nbytes = data.numel() * data.element_size()
+        if not data.is_cpu or data.layout != torch.strided or nbytes == 0:
+            self.submit(path, data.clone(memory_format=torch.contiguous_format))
+            return
+        with self._cond:
+            free = self._free.get(nbytes)
+            buffer = free.pop() if free else None
+            if buffer is not None:
+                self._pooled -= nbytes
+        if buffer is None:
+            buffer = torch.empty(nbytes, dtype=torch.uint8)
+        try:
+            copy = buffer.view(data.dtype).view(data.shape)
+            copy.copy_(data)
+        except RuntimeError:          # a dtype a byte buffer cannot be viewed as
+            self.submit(path, data.clone(memory_format=torch.contiguous_format))
+            return
+        self.submit(path, copy, buffer=buffer)
+
+    def _recycle(self, buffer: torch.Tensor) -> None:
+        nbytes = buffer.numel()
+        with self._cond:
+            if self._pooled + nbytes <= self.budget:
+                self._free.setdefault(nbytes, []).append(buffer)
+                self._pooled += nbytes
 
     def _run(self) -> None:
         while True:
@@ -65,7 +160,7 @@ class TensorWriter:
                     self._cond.wait()
                 if not self._queue and self._closed:
                     return
-                path, tensor, nbytes, link_to = self._queue[0]
+                path, tensor, nbytes, link_to, buffer = self._queue[0]
             try:
                 if self.error is None:
                     if link_to is not None:
@@ -79,6 +174,9 @@ class TensorWriter:
                 self.error = exc
                 log.error("msprobe dump: cannot write tensor file %s (%s); further tensor files are skipped. "
                           "Free disk space or choose another dump_path.", path, exc)
+            tensor = None
+            if buffer is not None:
+                self._recycle(buffer)
             with self._cond:
                 self._queue.popleft()
                 self._pending_bytes -= nbytes
@@ -88,8 +186,23 @@ class TensorWriter:
     def _save(path: str, tensor: torch.Tensor) -> None:
         tmp = f"{path}.tmp{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fmt.FILE_MODE)
-        with os.fdopen(fd, "wb") as fh:       # a real file: torch writes the storage bytes straight to it
-            torch.save(tensor, fh, _use_new_zipfile_serialization=False)
+        try:
+            parts = legacy_parts(tensor)
+            if parts is not None:
+                for part in parts:
+                    view = memoryview(part)
+                    while view:
+                        view = view[os.write(fd, view):]
+                os.close(fd)
+            else:
+                with os.fdopen(fd, "wb") as fh:   # a real file: torch writes the storage bytes straight to it
+                    torch.save(tensor, fh, _use_new_zipfile_serialization=False)
+        except BaseException:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            raise
         os.replace(tmp, path)
 
     @staticmethod
