@@ -224,6 +224,23 @@ _TENSOR_ITEM_KEYS = ("type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "re
 _VALUE_ITEM_KEYS = ("type", "value")
 
 
+_shape_texts: dict = {}                # (level, *shape) -> text, for the few shapes a model has
+
+
+def _shape_text(shape: list, level: int) -> Any:
+    if not shape:
+        return "[]"
+    key = (level, *shape)
+    text = _shape_texts.get(key)
+    if text is None:
+        text = _int_list(shape, level)
+        if text is not None:
+            if len(_shape_texts) > 4096:
+                _shape_texts.clear()
+            _shape_texts[key] = text
+    return text
+
+
 def _tensor_item_text(obj: dict, level: int) -> Any:
     """Text of a tensor item whose first keys are the usual eight (one format call), or None.
 
@@ -236,15 +253,15 @@ def _tensor_item_text(obj: dict, level: int) -> Any:
     if type(t) is not str or type(dtype) is not str or type(shape) is not list or type(grad) is not bool:
         return None
     try:
-        mx, mn, mean, norm = _number_text(mx), _number_text(mn), _number_text(mean), _number_text(norm)
-    except KeyError:
+        mx = _FLOAT_REPR(mx) if type(mx) is float and mx - mx == 0.0 else _number_text(mx)
+        mn = _FLOAT_REPR(mn) if type(mn) is float and mn - mn == 0.0 else _number_text(mn)
+        mean = _FLOAT_REPR(mean) if type(mean) is float and mean - mean == 0.0 else _number_text(mean)
+        norm = _FLOAT_REPR(norm) if type(norm) is float and norm - norm == 0.0 else _number_text(norm)
+        shape = _shape_text(shape, level + 1)
+    except (KeyError, TypeError):
         return None
-    if shape:
-        shape = _int_list(shape, level + 1)
-        if shape is None:
-            return None
-    else:
-        shape = "[]"
+    if shape is None:
+        return None
     i = _INDENTS[level + 1]
     head = (f'{{{i}"type": {_ESCAPE_ASCII(t)},{i}"dtype": {_ESCAPE_ASCII(dtype)},{i}"shape": {shape},'
             f'{i}"Max": {mx},{i}"Min": {mn},{i}"Mean": {mean},{i}"Norm": {norm},'
