@@ -6,10 +6,12 @@ train side by side, one bare and one dumped, alternating step by step, so a mach
 affects both alike; the ratio is the median of the per-round ratios. The dumped step includes
 start(), stop() (dump.json, stack.json, construct.json written) and step().
 
-Last figures (shared 2-core machine, load 3.5-5, medians of three runs; docs/dump.md has the split):
-L1 statistics 1.99x wall / 1.96x CPU, L1 tensor 6.6x / 6.4x, mix statistics 2.07x / 2.08x; the
-previous dumper measured alongside gave 1.97x, 6.3x and 2.28x (the spread between runs, 1.7-2.1x
-for L1 statistics, is larger than the change). Targets: statistics <= 1.5x, tensor <= 3x (not met).
+Last figures (shared 2-core virtual machine, bare step 140-220 ms, six runs; docs/dump.md has the split):
+L1 statistics 1.70x wall (1.60-1.77, CPU the same), L1 tensor 3.4x (2.57-4.6: bound by the kernel's
+page-cache work for 293 MB of files per step, worse while earlier runs' data is still being flushed),
+mix statistics 2.05x (1.97-2.22). Before the one-pass statistics and the header-reusing tensor writer:
+2.03x, 5.2x and 2.4x. Targets: statistics <= 1.5x (not met), tensor <= 3x (met when the disk keeps up).
+Each configuration starts after ``os.sync()`` so earlier runs' dirty pages do not slow this one.
 
     python benchmarks/dump_overhead.py [--steps 6] [--warmup 2]
 """
@@ -57,6 +59,8 @@ def train_step(model, opt, x, target, dbg=None) -> tuple:
 
 
 def measure(task: str, level: str, steps: int, warmup: int, root: str) -> dict:
+    if hasattr(os, "sync"):
+        os.sync()           # start from a clean page cache: earlier runs' dirty pages would slow the writer
     bare = build()
     dumped = build()
     PrecisionDebugger.reset()

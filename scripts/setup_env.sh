@@ -8,7 +8,7 @@ VENV=${MSPROBE_VENV:-.venv}
 if [ ! -x "$VENV"/bin/python ]; then
   "$PY" -m venv "$VENV"
 fi
-if ! "$VENV"/bin/python -c "import torch, pytest_msprobe, xdist, hypothesis, jinja2, matplotlib, mindspore" >/dev/null 2>&1; then
+if ! "$VENV"/bin/python -c "import torch, pytest_msprobe, xdist, hypothesis, jinja2, matplotlib, mindspore, numba" >/dev/null 2>&1; then
   "$VENV"/bin/pip install -q --upgrade pip
   # the CPU build of torch first: a plain 'torch' requirement may pull a multi-GB CUDA build
   "$VENV"/bin/pip install -q "torch==2.13.0"
