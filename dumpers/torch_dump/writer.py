@@ -33,20 +33,23 @@ _LEGACY_MAGIC = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)
 
 
 _headers: dict = {}                    # (dtype, shape) -> the bytes torch.save writes before the data
+_seen_once: set = set()                # (dtype, shape) seen once: a header is made on the second sight
+_HEADER_LIMIT = 4096
 
 
 def legacy_parts(tensor: torch.Tensor) -> Optional[tuple]:
     """``(header, data)`` whose concatenation is what ``torch.save`` (non-zip format) writes for ``tensor``.
 
     That format is a few pickles (magic number, protocol, system info, the tensor's metadata, the
-    storage key list) followed by the storage size and its raw bytes. For a dense contiguous tensor
-    that owns its whole storage, everything before the raw bytes depends only on dtype and shape
-    (the storage key is an arbitrary name shared by the tensor and the key list), so it is made once
-    per (dtype, shape) by saving a template and checked against a second template with other data.
-    None when the tensor does not qualify or the check fails: the caller uses ``torch.save``.
+    storage key list) followed by the storage size and its raw bytes. For a dense contiguous CPU
+    tensor that owns its whole storage, everything before the raw bytes depends only on dtype and
+    shape (the storage key is an arbitrary name shared by the tensor and the key list), so it is made
+    once per (dtype, shape) by saving a template, checked against a second template with other data.
+    A shape is templated when it comes back (a training step repeats its shapes; a shape seen once
+    costs nothing extra). None when the tensor does not qualify: the caller uses ``torch.save``.
     """
-    if tensor.layout != torch.strided or not tensor.is_contiguous() or tensor.storage_offset() != 0 \
-            or tensor.requires_grad or type(tensor) is not torch.Tensor:
+    if not tensor.is_cpu or tensor.layout != torch.strided or not tensor.is_contiguous() \
+            or tensor.storage_offset() != 0 or tensor.requires_grad or type(tensor) is not torch.Tensor:
         return None
     nbytes = tensor.numel() * tensor.element_size()
     if tensor.untyped_storage().nbytes() != nbytes or nbytes == 0:
@@ -54,6 +57,13 @@ def legacy_parts(tensor: torch.Tensor) -> Optional[tuple]:
     key = (tensor.dtype, tuple(tensor.shape))
     header = _headers.get(key)
     if header is None:
+        if key not in _seen_once:
+            if len(_seen_once) >= _HEADER_LIMIT:
+                _seen_once.clear()
+            _seen_once.add(key)
+            return None
+        if len(_headers) >= _HEADER_LIMIT:
+            _headers.clear()
         header = _headers[key] = _make_header(tensor.dtype, tensor.shape) or b""
     if not header:
         return None
