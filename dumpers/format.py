@@ -224,6 +224,16 @@ _TENSOR_ITEM_KEYS = ("type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "re
 _VALUE_ITEM_KEYS = ("type", "value")
 
 
+_ESCAPED: dict = {}                    # type and dtype names -> their JSON text (a handful of strings)
+
+
+def _escaped(name: str) -> str:
+    text = _ESCAPE_ASCII(name)
+    if len(_ESCAPED) < 256:
+        _ESCAPED[name] = text
+    return text
+
+
 _shape_texts: dict = {}                # (level, *shape) -> text, for the few shapes a model has
 
 
@@ -263,7 +273,9 @@ def _tensor_item_text(obj: dict, level: int) -> Any:
     if shape is None:
         return None
     i = _INDENTS[level + 1]
-    head = (f'{{{i}"type": {_ESCAPE_ASCII(t)},{i}"dtype": {_ESCAPE_ASCII(dtype)},{i}"shape": {shape},'
+    t = _ESCAPED.get(t) or _escaped(t)
+    dtype = _ESCAPED.get(dtype) or _escaped(dtype)
+    head = (f'{{{i}"type": {t},{i}"dtype": {dtype},{i}"shape": {shape},'
             f'{i}"Max": {mx},{i}"Min": {mn},{i}"Mean": {mean},{i}"Norm": {norm},'
             f'{i}"requires_grad": {"true" if grad else "false"}')
     if len(keys) == 8:
@@ -312,7 +324,7 @@ def _encode_into(obj: Any, level: int, out: list) -> None:
             text = _SCALAR_TEXT.get(vt)
             if text is not None:
                 out.append(f"{sep}{_ESCAPE_ASCII(key)}: {text(value)}")
-            elif vt is list and value and (shape := _int_list(value, level + 1)) is not None:
+            elif vt is list and value and type(value[0]) is int and (shape := _int_list(value, level + 1)) is not None:
                 out.append(f"{sep}{_ESCAPE_ASCII(key)}: {shape}")
             else:
                 out.append(f"{sep}{_ESCAPE_ASCII(key)}: ")

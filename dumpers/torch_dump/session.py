@@ -111,6 +111,7 @@ class DumpSession:
         self.construct: dict = {}
         self.stack_groups: dict = {}      # frames -> [id, keys, lines]
         self._groups_by_id: dict = {}
+        self._sid_by_id: dict = {}        # id(frames) -> (frames, stack id), see stack_id
         self.dir: Optional[str] = None
         self.tensor_dir: Optional[str] = None
         self.dump_data_dir: Optional[str] = None
@@ -310,7 +311,15 @@ class DumpSession:
         self.record(p.key, p.entry, p.sid)
 
     def stack_id(self, frames: tuple) -> int:
-        """The stack.json group of a call stack (new groups are journalled at once)."""
+        """The stack.json group of a call stack (new groups are journalled at once).
+
+        ``stack.capture`` hands out one tuple object per call site, so a group is found by that
+        object's identity first (the map keeps the tuple alive, so its id cannot be reused) and by
+        value (hashing every frame) only the first time in a step.
+        """
+        hit = self._sid_by_id.get(id(frames))
+        if hit is not None and hit[0] is frames:
+            return hit[1]
         group = self.stack_groups.get(frames)
         if group is None:
             lines = self._stack_lines.get(frames)
@@ -323,6 +332,7 @@ class DumpSession:
                     self.journal.stack(group[0], lines)
                 except OSError as exc:
                     self._fail(exc)
+        self._sid_by_id[id(frames)] = (frames, group[0])
         return group[0]
 
     def record(self, key: str, entry: dict, sid: Optional[int] = None) -> None:

@@ -28,12 +28,13 @@ def capture(skip_code: Optional[object] = None) -> tuple:
     (no line-number lookups); only a new one walks the frames again to build the tuples.
     """
     frame = sys._getframe(1)
-    key = [id(skip_code)]
+    parts = [id(skip_code)]
+    add = parts.append
     while frame is not None:
-        key.append(id(frame.f_code))
-        key.append(frame.f_lasti)
+        add(id(frame.f_code))
+        add(frame.f_lasti)
         frame = frame.f_back
-    key = tuple(key)
+    key = tuple(parts)
     known = _known.get(key)
     if known is not None:
         return known
