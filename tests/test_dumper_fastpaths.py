@@ -224,3 +224,61 @@ def test_tensor_files_load_back_identical(tmp_path, t):
         legacy_parts(t.clone())
         assert legacy_parts(t.clone()) is not None
     assert legacy_parts(torch.randn(4, 4).t()) is None          # not contiguous: torch.save writes it
+
+
+def _plain_workload(kind: str):
+    torch.manual_seed(3)
+    if kind == "transformer":
+        layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, batch_first=True)
+        model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+        x = torch.randn(2, 5, 16)
+    elif kind == "conv":
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                    torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 3))
+        x = torch.randn(2, 3, 8, 8)
+    else:
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+        x = torch.randn(4, 8)
+    if kind == "bf16":
+        model, x = model.to(torch.bfloat16), x.to(torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step():
+        out = model(x)
+        values, where = torch.max(out.float(), dim=-1)               # a named tuple result
+        parts = torch.split(out.float(), 1, dim=0)                    # a tuple result
+        y = torch.cat([p * 2 for p in parts]) + values.unsqueeze(-1)  # a list argument: general path
+        z = torch.where(y > 0, y, torch.full_like(y, float("nan")))   # non-finite statistics
+        loss = torch.nan_to_num(z).pow(2).mean() + where.sum() * 0 + y.clamp(min=-1.0, max=1.0).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return model, step
+
+
+@pytest.mark.parametrize("kind", ["mlp", "transformer", "conv", "bf16"])
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_plain_calls_dump_exactly_what_the_general_path_dumps(tmp_path, kind, level):
+    """Calls with only plain arguments are rendered as encoded: the files are byte-identical."""
+    texts = []
+    for plain in (True, False):
+        PrecisionDebugger.reset()
+        model, step = _plain_workload(kind)
+        dbg = PrecisionDebugger(dump_path=str(tmp_path / str(plain)), task="statistics", level=level, model=model)
+        dbg.session.plain = plain
+        import dumpers.torch_dump.session as session_mod
+        used, orig = [], session_mod.forward_text
+        session_mod.forward_text = lambda *a: used.append(1) or orig(*a)   # called after the stack is taken
+        torch.manual_seed(11)
+        try:
+            dbg.start()
+            step()
+            dbg.stop()
+        finally:
+            session_mod.forward_text = orig
+        rank = tmp_path / str(plain) / "step0" / "rank"
+        texts.append([(rank / name).read_text() for name in ("dump.json", "stack.json", "construct.json")])
+        assert (len(used) > 20) if plain else not used
+    assert texts[0][0] == texts[1][0]
+    assert texts[0][1:] == texts[1][1:]
+    assert '"Tensor.addcdiv_.0.forward"' in texts[0][0] and "Max_except_inf_nan" in texts[0][0]

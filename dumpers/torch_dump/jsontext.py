@@ -8,6 +8,9 @@ encoded once per step instead of twice (once for the journal, once for dump.json
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import torch
 
 from dumpers import format as fmt
 
@@ -36,3 +39,51 @@ def dump_json_text(header: dict, texts: dict) -> str:
         return head + "{}\n}"
     body = ("," + _ENTRY_INDENT).join([f"{_ESC(key)}: {text}" for key, text in texts.items()])
     return head + "{" + _ENTRY_INDENT + body + "\n }\n}"
+
+
+# --- entries of plain calls, rendered as they are encoded (see DumpSession._run_plain) ------------------
+_I = fmt._INDENTS
+_PLAIN_SCALARS = {bool: "bool", int: "int", float: "float", str: "str"}
+_ITEM_LEVEL = ENTRY_LEVEL + 2            # entry -> "input_args" list -> item
+
+
+def plain_value(value: Any) -> bool:
+    """A value whose dump.json item :func:`item_text` renders: a strided CPU tensor, a scalar, None."""
+    if value is None or type(value) in _PLAIN_SCALARS:
+        return True
+    return isinstance(value, torch.Tensor) and value.is_cpu and value.layout == torch.strided
+
+
+def item_text(value: Any, batch: Any, cacheable: bool) -> str:
+    """The text of one argument or result at item level: exactly the text of the item the Encoder makes."""
+    if value is None:
+        return "null"
+    kind = _PLAIN_SCALARS.get(type(value))
+    if kind is not None:
+        i = _I[_ITEM_LEVEL + 1]
+        return f'{{{i}"type": "{kind}",{i}"value": {fmt._SCALAR_TEXT[type(value)](value)}{_I[_ITEM_LEVEL]}}}'
+    item = batch.add(value, cacheable or value.requires_grad)
+    text = fmt._tensor_item_text(item, _ITEM_LEVEL)
+    return text if text is not None else fmt.dumps_json_fast(item, _ITEM_LEVEL)
+
+
+def list_text(items: list) -> str:
+    """A list of item texts at list level (``input_args``, ``output``)."""
+    if not items:
+        return "[]"
+    sep = "," + _I[_ITEM_LEVEL]
+    return "[" + _I[_ITEM_LEVEL] + sep.join(items) + _I[_ITEM_LEVEL - 1] + "]"
+
+
+def dict_text(items: dict) -> str:
+    """A dict of item texts at list level (``input_kwargs``); keys as the Encoder writes them."""
+    if not items:
+        return "{}"
+    sep = "," + _I[_ITEM_LEVEL]
+    return "{" + _I[_ITEM_LEVEL] + sep.join(f"{_ESC(k)}: {v}" for k, v in items.items()) + _I[_ITEM_LEVEL - 1] + "}"
+
+
+def forward_text(args: str, kwargs: str, output: str) -> str:
+    i = _I[ENTRY_LEVEL + 1]
+    return (f'{{{i}"input_args": {args},{i}"input_kwargs": {kwargs},{i}"output": {output}'
+            f'{_I[ENTRY_LEVEL]}}}')

@@ -22,7 +22,8 @@ from dumpers.journal import JournalWriter
 from dumpers.torch_dump import callargs
 from dumpers.torch_dump import stack as stacklib
 from dumpers.torch_dump.encode import Encoder
-from dumpers.torch_dump.jsontext import dump_json_text, entry_text
+from dumpers.torch_dump.jsontext import (ENTRY_LEVEL, dict_text, dump_json_text, entry_text, forward_text,
+                                        item_text, list_text, plain_value)
 from dumpers.torch_dump.stats import StatBatch, StatCache, version_of
 from dumpers.torch_dump.writer import TensorWriter
 
@@ -87,6 +88,10 @@ class DumpSession:
         self.fwd_in, self.fwd_out = _parts(config.data_mode, fmt.FORWARD)
         self.bwd_in, self.bwd_out = _parts(config.data_mode, fmt.BACKWARD)
         self.with_construct = config.level in ("L0", "mix")
+        # calls whose arguments are all plain (CPU tensors, scalars, None) are rendered as they are encoded
+        # (_run_plain) when nothing filters or trims the entry and no tensor file or md5 is wanted
+        self.plain = (config.task == "statistics" and not self.md5 and self.fwd_in and self.fwd_out
+                      and not self.api_list and not self.scope)
         self.pid = os.getpid()
         self.step = 0
         self.rank: Optional[int] = None
@@ -338,10 +343,14 @@ class DumpSession:
     def record(self, key: str, entry: dict, sid: Optional[int] = None) -> None:
         if not entry:
             return
+        self.data[key] = entry
+        self.record_text(key, entry_text(entry), sid)
+
+    def record_text(self, key: str, text: str, sid: Optional[int] = None) -> None:
+        """Record an entry by its finished dump.json text: stack group, step state, journal."""
         if sid is not None:
             self._groups_by_id[sid][1].append(key)
-        self.data[key] = entry
-        text = self.texts[key] = entry_text(entry)
+        self.texts[key] = text
         if self.journal is not None:
             try:
                 self.journal.entry_text(key, text, sid)
@@ -375,13 +384,17 @@ class DumpSession:
         idx = self.next_index(base)
         if not self.on or os.getpid() != self.pid:
             return func(*args, **kwargs)
-        pending = None
+        pending = plain = None
         try:
             rec_args, rec_kwargs = args, kwargs
             if isinstance(func, types.FunctionType):
                 rec_args, rec_kwargs = callargs.as_written(func, args, kwargs, prefix == "Tensor")
-            pending = self.begin(f"{base}.{idx}.{fmt.FORWARD}", rec_args, rec_kwargs,
-                                 getattr(func, "__code__", None), use_cache=not collective)
+            if self.plain and not collective and all(map(plain_value, rec_args)) \
+                    and all(map(plain_value, rec_kwargs.values())):
+                plain = self._plain_begin(base, idx, func, rec_args, rec_kwargs)
+            else:
+                pending = self.begin(f"{base}.{idx}.{fmt.FORWARD}", rec_args, rec_kwargs,
+                                     getattr(func, "__code__", None), use_cache=not collective)
         except Exception as exc:  # noqa: BLE001 - the dumper must never break training
             self._internal_error(exc)
         if collective:
@@ -394,6 +407,9 @@ class DumpSession:
                 self.busy = False
         else:
             result = func(*args, **kwargs)
+        if plain is not None:
+            self._plain_finish(plain, result, base, idx)
+            return result
         if pending is None:
             return result
         try:
@@ -404,6 +420,41 @@ class DumpSession:
         except Exception as exc:  # noqa: BLE001
             self._internal_error(exc)
         return result
+
+    def _plain_begin(self, base: str, idx: int, func: Callable, rec_args: tuple, rec_kwargs: dict) -> tuple:
+        """:meth:`begin` for a call whose arguments are all plain, rendered as they are encoded.
+
+        The same statistics (one :class:`StatBatch`, so the cache and the same-tensor-twice rule hold)
+        and byte-for-byte the same entry text as the general path, without building the entry's dicts
+        and walking them again.
+        """
+        key = f"{base}.{idx}.{fmt.FORWARD}"
+        parent = self.parents[-1] if self.parents else None
+        batch = StatBatch(False, self.cache)
+        in_args = list_text([item_text(v, batch, False) for v in rec_args])
+        in_kwargs = dict_text({str(k): item_text(v, batch, False) for k, v in rec_kwargs.items()})
+        sid = self.stack_id(stacklib.capture(getattr(func, "__code__", None)))
+        return key, parent, batch, in_args, in_kwargs, sid
+
+    def _plain_finish(self, plain: tuple, result: Any, base: str, idx: int) -> None:
+        """:meth:`finish` for :meth:`_plain_begin`; a result that is not plain goes through the Encoder."""
+        key, parent, batch, in_args, in_kwargs, sid = plain
+        try:
+            self.add_construct(key, parent)
+            batch.new_phase()
+            if isinstance(result, (tuple, list)) and not isinstance(result, torch.Size):
+                values = result
+            else:
+                values = (result,)
+            if all(map(plain_value, values)):
+                output = list_text([item_text(v, batch, True) for v in values])
+            else:
+                output = fmt.dumps_json_fast(Encoder(batch).outputs(result), ENTRY_LEVEL + 1)
+            batch.resolve()
+            self.record_text(key, forward_text(in_args, in_kwargs, output), sid)
+            self._hook_backward(result, base, idx)
+        except Exception as exc:  # noqa: BLE001 - the dumper must never break training
+            self._internal_error(exc)
 
     def _hook_backward(self, result: Any, base: str, idx: int) -> None:
         if not (self.bwd_in or self.bwd_out or self.with_construct):
