@@ -251,6 +251,30 @@ def _shape_text(shape: list, level: int) -> Any:
     return text
 
 
+def tensor_text(dtype: str, shape: Any, mx: Any, mn: Any, mean: Any, norm: Any, requires_grad: bool,
+                level: int, kind: str = "torch.Tensor") -> Any:
+    """Text of a tensor item with the usual eight keys and nothing else, at ``level``; None when a value
+    is not what such an item holds (the general encoder then decides)."""
+    if level > _MAX_FAST_LEVEL or type(requires_grad) is not bool:
+        return None
+    try:
+        mx = _FLOAT_REPR(mx) if type(mx) is float and mx - mx == 0.0 else _number_text(mx)
+        mn = _FLOAT_REPR(mn) if type(mn) is float and mn - mn == 0.0 else _number_text(mn)
+        mean = _FLOAT_REPR(mean) if type(mean) is float and mean - mean == 0.0 else _number_text(mean)
+        norm = _FLOAT_REPR(norm) if type(norm) is float and norm - norm == 0.0 else _number_text(norm)
+        shape = _shape_text(shape, level + 1)
+        dtype = _ESCAPED.get(dtype) or _escaped(dtype)
+        kind = _ESCAPED.get(kind) or _escaped(kind)
+    except (KeyError, TypeError):
+        return None
+    if shape is None:
+        return None
+    i = _INDENTS[level + 1]
+    return (f'{{{i}"type": {kind},{i}"dtype": {dtype},{i}"shape": {shape},{i}"Max": {mx},'
+            f'{i}"Min": {mn},{i}"Mean": {mean},{i}"Norm": {norm},'
+            f'{i}"requires_grad": {"true" if requires_grad else "false"}{_INDENTS[level]}}}')
+
+
 def _tensor_item_text(obj: dict, level: int) -> Any:
     """Text of a tensor item whose first keys are the usual eight (one format call), or None.
 
@@ -260,27 +284,13 @@ def _tensor_item_text(obj: dict, level: int) -> Any:
     if keys[:8] != _TENSOR_ITEM_KEYS or level > _MAX_FAST_LEVEL:
         return None
     t, dtype, shape, mx, mn, mean, norm, grad = obj.values() if len(keys) == 8 else [obj[k] for k in keys[:8]]
-    if type(t) is not str or type(dtype) is not str or type(shape) is not list or type(grad) is not bool:
+    if type(t) is not str or type(dtype) is not str or type(shape) is not list:
         return None
-    try:
-        mx = _FLOAT_REPR(mx) if type(mx) is float and mx - mx == 0.0 else _number_text(mx)
-        mn = _FLOAT_REPR(mn) if type(mn) is float and mn - mn == 0.0 else _number_text(mn)
-        mean = _FLOAT_REPR(mean) if type(mean) is float and mean - mean == 0.0 else _number_text(mean)
-        norm = _FLOAT_REPR(norm) if type(norm) is float and norm - norm == 0.0 else _number_text(norm)
-        shape = _shape_text(shape, level + 1)
-    except (KeyError, TypeError):
-        return None
-    if shape is None:
-        return None
+    text = tensor_text(dtype, shape, mx, mn, mean, norm, grad, level, t)
+    if text is None or len(keys) == 8:
+        return text
     i = _INDENTS[level + 1]
-    t = _ESCAPED.get(t) or _escaped(t)
-    dtype = _ESCAPED.get(dtype) or _escaped(dtype)
-    head = (f'{{{i}"type": {t},{i}"dtype": {dtype},{i}"shape": {shape},'
-            f'{i}"Max": {mx},{i}"Min": {mn},{i}"Mean": {mean},{i}"Norm": {norm},'
-            f'{i}"requires_grad": {"true" if grad else "false"}')
-    if len(keys) == 8:
-        return head + _INDENTS[level] + "}"
-    out = [head]
+    out = [text[: -len(_INDENTS[level]) - 1]]
     for key in keys[8:]:
         out.append(f",{i}{_ESCAPE_ASCII(key if type(key) is str else _key_text(key))}: ")
         _encode_into(obj[key], level + 1, out)

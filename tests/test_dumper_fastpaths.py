@@ -265,7 +265,7 @@ def test_plain_calls_dump_exactly_what_the_general_path_dumps(tmp_path, kind, le
         PrecisionDebugger.reset()
         model, step = _plain_workload(kind)
         dbg = PrecisionDebugger(dump_path=str(tmp_path / str(plain)), task="statistics", level=level, model=model)
-        dbg.session.plain = plain
+        dbg.session.plain = dbg.session.plain_backward = plain
         import dumpers.torch_dump.session as session_mod
         used, orig = [], session_mod.forward_text
         session_mod.forward_text = lambda *a: used.append(1) or orig(*a)   # called after the stack is taken

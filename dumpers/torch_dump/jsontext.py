@@ -62,9 +62,7 @@ def item_text(value: Any, batch: Any, cacheable: bool) -> str:
     if kind is not None:
         i = _I[_ITEM_LEVEL + 1]
         return f'{{{i}"type": "{kind}",{i}"value": {fmt._SCALAR_TEXT[type(value)](value)}{_I[_ITEM_LEVEL]}}}'
-    item = batch.add(value, cacheable or value.requires_grad)
-    text = fmt._tensor_item_text(item, _ITEM_LEVEL)
-    return text if text is not None else fmt.dumps_json_fast(item, _ITEM_LEVEL)
+    return batch.text(value, cacheable or value.requires_grad, _ITEM_LEVEL)
 
 
 def list_text(items: list) -> str:
@@ -87,3 +85,8 @@ def forward_text(args: str, kwargs: str, output: str) -> str:
     i = _I[ENTRY_LEVEL + 1]
     return (f'{{{i}"input_args": {args},{i}"input_kwargs": {kwargs},{i}"output": {output}'
             f'{_I[ENTRY_LEVEL]}}}')
+
+
+def backward_text(inputs: str, outputs: str) -> str:
+    i = _I[ENTRY_LEVEL + 1]
+    return f'{{{i}"input": {inputs},{i}"output": {outputs}{_I[ENTRY_LEVEL]}}}'

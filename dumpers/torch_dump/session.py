@@ -22,8 +22,8 @@ from dumpers.journal import JournalWriter
 from dumpers.torch_dump import callargs
 from dumpers.torch_dump import stack as stacklib
 from dumpers.torch_dump.encode import Encoder
-from dumpers.torch_dump.jsontext import (ENTRY_LEVEL, dict_text, dump_json_text, entry_text, forward_text,
-                                        item_text, list_text, plain_value)
+from dumpers.torch_dump.jsontext import (ENTRY_LEVEL, backward_text, dict_text, dump_json_text, entry_text,
+                                        forward_text, item_text, list_text, plain_value)
 from dumpers.torch_dump.stats import StatBatch, StatCache, version_of
 from dumpers.torch_dump.writer import TensorWriter
 
@@ -92,6 +92,8 @@ class DumpSession:
         # (_run_plain) when nothing filters or trims the entry and no tensor file or md5 is wanted
         self.plain = (config.task == "statistics" and not self.md5 and self.fwd_in and self.fwd_out
                       and not self.api_list and not self.scope)
+        self.plain_backward = (config.task == "statistics" and not self.md5 and self.bwd_in and self.bwd_out
+                               and not self.api_list and not self.scope)
         self.pid = os.getpid()
         self.step = 0
         self.rank: Optional[int] = None
@@ -363,6 +365,16 @@ class DumpSession:
         self.add_construct(key, self.parent() if parent == "" else parent)
         if not self.wanted(key) or not (self.bwd_in or self.bwd_out):
             return
+        if self.plain_backward:
+            gin, gout = tuple(grad_outputs), tuple(grad_inputs)
+            if drop_all_none and all(g is None for g in gout):
+                gout = ()
+            if all(map(plain_value, gin)) and all(map(plain_value, gout)):
+                batch = StatBatch(False, self.cache)
+                inputs = list_text([item_text(v, batch, False) for v in gin])
+                batch.new_phase()
+                self.record_text(key, backward_text(inputs, list_text([item_text(v, batch, True) for v in gout])))
+                return
         batch = StatBatch(self.md5, self.cache)
         enc = Encoder(batch, self._tensor_hook(key))
         entry: dict = {}

@@ -9,6 +9,7 @@ tensors, already on the host, are summarised to numbers inside ``add``.
 from __future__ import annotations
 
 import math
+from math import isfinite as _isfinite
 import weakref
 import zlib
 from typing import Optional
@@ -239,6 +240,58 @@ class StatBatch:
         if cacheable and cache is not None:
             cache.put(t, version, item)
         return item
+
+    def text(self, t: torch.Tensor, cacheable: bool, level: int) -> str:
+        """The dump.json text at ``level`` of the item :meth:`add` makes for ``t``, with the same effects.
+
+        A CPU tensor with ordinary statistics (finite floats, integers) is rendered straight from its
+        numbers, without the item dict; everything else goes through :meth:`add` and the renderer.
+        """
+        info = _DTYPES.get(t.dtype)
+        if info is None:
+            info = _dtype_info(t.dtype)
+        requires_grad = t.requires_grad
+        try:
+            version = t._version
+        except RuntimeError:
+            version = None
+        cache = self.cache
+        if cache is not None and version is not None:
+            hit = cache._entries.get(id(t))
+            if hit is not None and hit[1] == version and hit[0]() is t:
+                mx, mn, mean, norm, extra = hit[2]
+                if extra is None:
+                    text = fmt.tensor_text(info[0], list(t.shape), mx, mn, mean, norm, requires_grad, level)
+                    if text is not None:
+                        return text
+                return self._text_of(t, cacheable, level)
+        kind = info[1]
+        if kind not in ("float", "int") or self.md5 or not t.is_cpu or t.layout != torch.strided or t.is_meta \
+                or t.dim() == 0 or t.numel() == 0 or (version is not None and id(t) in self.twins):
+            return self._text_of(t, cacheable, level)
+        data = t.detach() if requires_grad else t
+        values = _cpu_numbers(data, kind)
+        if kind == "int":
+            mx, mn, mean, norm = int(values[0]), int(values[1]), None, None
+        else:
+            mx, mn, mean, norm = values
+            if not (_isfinite(mx) and _isfinite(mn)):
+                return self._text_of(t, cacheable, level)
+        if version is not None:
+            self.twins[id(t)] = (t, version, data, values)
+            if cacheable and cache is not None:
+                if len(cache._entries) >= cache._limit:
+                    cache._entries.clear()
+                cache._entries[id(t)] = (weakref.ref(t), version, (mx, mn, mean, norm, None))
+        text = fmt.tensor_text(info[0], list(t.shape), mx, mn, mean, norm, requires_grad, level)
+        return text if text is not None else self._text_of(t, cacheable, level)
+
+    def _text_of(self, t: torch.Tensor, cacheable: bool, level: int) -> str:
+        item = self.add(t, cacheable)
+        if self.pending:
+            self.resolve()
+        text = fmt._tensor_item_text(item, level)
+        return text if text is not None else fmt.dumps_json_fast(item, level)
 
     def resolve(self) -> None:
         """Fill every pending item with one host transfer per device.
