@@ -268,7 +268,7 @@ def test_plain_calls_dump_exactly_what_the_general_path_dumps(tmp_path, kind, le
         dbg.session.plain = dbg.session.plain_backward = plain
         import dumpers.torch_dump.session as session_mod
         used, orig = [], session_mod.forward_text
-        session_mod.forward_text = lambda *a: used.append(1) or orig(*a)   # called after the stack is taken
+        session_mod.forward_text = lambda *a, _u=used, _o=orig: _u.append(1) or _o(*a)   # after the stack is taken
         torch.manual_seed(11)
         try:
             dbg.start()
