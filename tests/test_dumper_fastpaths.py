@@ -256,15 +256,23 @@ def _plain_workload(kind: str):
     return model, step
 
 
-@pytest.mark.parametrize("kind", ["mlp", "transformer", "conv", "bf16"])
-@pytest.mark.parametrize("level", ["L1", "mix"])
-def test_plain_calls_dump_exactly_what_the_general_path_dumps(tmp_path, kind, level):
+@pytest.mark.parametrize("kind,level,task,summary", [
+    ("mlp", "L1", "statistics", "statistics"), ("transformer", "L1", "statistics", "statistics"),
+    ("conv", "L1", "statistics", "statistics"), ("bf16", "L1", "statistics", "statistics"),
+    ("mlp", "mix", "statistics", "statistics"), ("transformer", "mix", "statistics", "statistics"),
+    ("conv", "mix", "statistics", "statistics"), ("bf16", "mix", "statistics", "statistics"),
+    ("mlp", "L1", "tensor", "statistics"), ("transformer", "mix", "tensor", "statistics"),
+    ("conv", "L1", "statistics", "md5"), ("mlp", "mix", "tensor", "md5")])
+def test_plain_calls_dump_exactly_what_the_general_path_dumps(tmp_path, kind, level, task, summary):
     """Calls with only plain arguments are rendered as encoded: the files are byte-identical."""
     texts = []
     for plain in (True, False):
         PrecisionDebugger.reset()
         model, step = _plain_workload(kind)
-        dbg = PrecisionDebugger(dump_path=str(tmp_path / str(plain)), task="statistics", level=level, model=model)
+        config = tmp_path / f"config{plain}.json"
+        config.write_text(json.dumps({"task": task, "level": level, "dump_path": str(tmp_path / str(plain)),
+                                      task: {"summary_mode": summary}}))
+        dbg = PrecisionDebugger(config_path=str(config), model=model)
         dbg.session.plain = dbg.session.plain_backward = plain
         import dumpers.torch_dump.session as session_mod
         used, orig = [], session_mod.forward_text
@@ -277,8 +285,14 @@ def test_plain_calls_dump_exactly_what_the_general_path_dumps(tmp_path, kind, le
         finally:
             session_mod.forward_text = orig
         rank = tmp_path / str(plain) / "step0" / "rank"
-        texts.append([(rank / name).read_text() for name in ("dump.json", "stack.json", "construct.json")])
+        files = sorted(os.listdir(rank / fmt.TENSOR_DIR)) if task == "tensor" else []
+        dump_text = (rank / "dump.json").read_text().replace(str(tmp_path / str(plain)), "ROOT")
+        texts.append([dump_text, (rank / "stack.json").read_text(), (rank / "construct.json").read_text(), files])
         assert (len(used) > 20) if plain else not used
     assert texts[0][0] == texts[1][0]
     assert texts[0][1:] == texts[1][1:]
+    if task == "tensor":
+        assert len(texts[0][3]) > 50 and all(name.endswith(".pt") for name in texts[0][3])
+    if summary == "md5":
+        assert '"md5": "' in texts[0][0]
     assert '"Tensor.addcdiv_.0.forward"' in texts[0][0] and "Max_except_inf_nan" in texts[0][0]

@@ -54,15 +54,26 @@ def plain_value(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.is_cpu and value.layout == torch.strided
 
 
-def item_text(value: Any, batch: Any, cacheable: bool) -> str:
-    """The text of one argument or result at item level: exactly the text of the item the Encoder makes."""
+def item_text(value: Any, batch: Any, cacheable: bool, on_tensor: Any = None, path: tuple = ()) -> str:
+    """The text of one argument or result at item level: exactly the text of the item the Encoder makes.
+
+    ``on_tensor(tensor, item, path)``: the tensor task's hook (it names and queues the tensor file and
+    adds ``data_name`` to the item), called as the Encoder calls it.
+    """
     if value is None:
         return "null"
     kind = _PLAIN_SCALARS.get(type(value))
     if kind is not None:
         i = _I[_ITEM_LEVEL + 1]
         return f'{{{i}"type": "{kind}",{i}"value": {fmt._SCALAR_TEXT[type(value)](value)}{_I[_ITEM_LEVEL]}}}'
-    return batch.text(value, cacheable or value.requires_grad, _ITEM_LEVEL)
+    if on_tensor is None:
+        return batch.text(value, cacheable or value.requires_grad, _ITEM_LEVEL)
+    item = batch.add(value, cacheable or value.requires_grad)
+    on_tensor(value, item, path)
+    if batch.pending:
+        batch.resolve()
+    text = fmt._tensor_item_text(item, _ITEM_LEVEL)
+    return text if text is not None else fmt.dumps_json_fast(item, _ITEM_LEVEL)
 
 
 def list_text(items: list) -> str:

@@ -89,11 +89,9 @@ class DumpSession:
         self.bwd_in, self.bwd_out = _parts(config.data_mode, fmt.BACKWARD)
         self.with_construct = config.level in ("L0", "mix")
         # calls whose arguments are all plain (CPU tensors, scalars, None) are rendered as they are encoded
-        # (_run_plain) when nothing filters or trims the entry and no tensor file or md5 is wanted
-        self.plain = (config.task == "statistics" and not self.md5 and self.fwd_in and self.fwd_out
-                      and not self.api_list and not self.scope)
-        self.plain_backward = (config.task == "statistics" and not self.md5 and self.bwd_in and self.bwd_out
-                               and not self.api_list and not self.scope)
+        # (_plain_begin) when nothing filters or trims the entry
+        self.plain = self.fwd_in and self.fwd_out and not self.api_list and not self.scope
+        self.plain_backward = self.bwd_in and self.bwd_out and not self.api_list and not self.scope
         self.pid = os.getpid()
         self.step = 0
         self.rank: Optional[int] = None
@@ -370,10 +368,12 @@ class DumpSession:
             if drop_all_none and all(g is None for g in gout):
                 gout = ()
             if all(map(plain_value, gin)) and all(map(plain_value, gout)):
-                batch = StatBatch(False, self.cache)
-                inputs = list_text([item_text(v, batch, False) for v in gin])
+                batch = StatBatch(self.md5, self.cache)
+                hook = self._tensor_hook(key)
+                inputs = list_text([item_text(v, batch, False, hook, ("input", i)) for i, v in enumerate(gin)])
                 batch.new_phase()
-                self.record_text(key, backward_text(inputs, list_text([item_text(v, batch, True) for v in gout])))
+                outputs = list_text([item_text(v, batch, True, hook, ("output", i)) for i, v in enumerate(gout)])
+                self.record_text(key, backward_text(inputs, outputs))
                 return
         batch = StatBatch(self.md5, self.cache)
         enc = Encoder(batch, self._tensor_hook(key))
@@ -442,15 +442,21 @@ class DumpSession:
         """
         key = f"{base}.{idx}.{fmt.FORWARD}"
         parent = self.parents[-1] if self.parents else None
-        batch = StatBatch(False, self.cache)
-        in_args = list_text([item_text(v, batch, False) for v in rec_args])
-        in_kwargs = dict_text({str(k): item_text(v, batch, False) for k, v in rec_kwargs.items()})
+        batch = StatBatch(self.md5, self.cache)
+        hook = self._tensor_hook(key)
+        if hook is None:
+            in_args = list_text([item_text(v, batch, False) for v in rec_args])
+            in_kwargs = dict_text({str(k): item_text(v, batch, False) for k, v in rec_kwargs.items()})
+        else:
+            in_args = list_text([item_text(v, batch, False, hook, ("input", i)) for i, v in enumerate(rec_args)])
+            in_kwargs = dict_text({str(k): item_text(v, batch, False, hook, ("kwargs", k))
+                                   for k, v in rec_kwargs.items()})
         sid = self.stack_id(stacklib.capture(getattr(func, "__code__", None)))
-        return key, parent, batch, in_args, in_kwargs, sid
+        return key, parent, batch, hook, in_args, in_kwargs, sid
 
     def _plain_finish(self, plain: tuple, result: Any, base: str, idx: int) -> None:
         """:meth:`finish` for :meth:`_plain_begin`; a result that is not plain goes through the Encoder."""
-        key, parent, batch, in_args, in_kwargs, sid = plain
+        key, parent, batch, hook, in_args, in_kwargs, sid = plain
         try:
             self.add_construct(key, parent)
             batch.new_phase()
@@ -458,10 +464,12 @@ class DumpSession:
                 values = result
             else:
                 values = (result,)
-            if all(map(plain_value, values)):
+            if not all(map(plain_value, values)):
+                output = fmt.dumps_json_fast(Encoder(batch, hook).outputs(result), ENTRY_LEVEL + 1)
+            elif hook is None:
                 output = list_text([item_text(v, batch, True) for v in values])
             else:
-                output = fmt.dumps_json_fast(Encoder(batch).outputs(result), ENTRY_LEVEL + 1)
+                output = list_text([item_text(v, batch, True, hook, ("output", i)) for i, v in enumerate(values)])
             batch.resolve()
             self.record_text(key, forward_text(in_args, in_kwargs, output), sid)
             self._hook_backward(result, base, idx)
