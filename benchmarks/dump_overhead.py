@@ -6,14 +6,14 @@ train side by side, one bare and one dumped, alternating step by step, so a mach
 affects both alike; the ratio is the median of the per-round ratios. The dumped step includes
 start(), stop() (dump.json, stack.json, construct.json written) and step().
 
-Last figures (shared 2-core virtual machine, bare step 140-220 ms, six runs; docs/dump.md has the split):
-L1 statistics 1.70x wall (1.60-1.77, CPU the same), L1 tensor 3.4x (2.57-4.6: bound by the kernel's
-page-cache work for 293 MB of files per step, worse while earlier runs' data is still being flushed),
-mix statistics 2.05x (1.97-2.22). Before the one-pass statistics and the header-reusing tensor writer:
-2.03x, 5.2x and 2.4x. Targets: statistics <= 1.5x (not met), tensor <= 3x (met when the disk keeps up).
+Last figures (shared 2-vCPU virtual machine, bare step 150-250 ms; docs/dump.md has the split):
+L1 statistics 1.43-1.76x wall, typically 1.55-1.65 (CPU the same); L1 tensor 2.6-4.1x, typically 3.0-3.5
+(bound by the kernel's page-cache work for 293 MB of files per step); mix statistics 1.80-1.97x. Before
+the one-pass statistics, the plain-call rendering and the header-reusing tensor writer: 2.03x, 5.2x and
+2.4x. Targets: statistics <= 1.5x, tensor <= 3x: each met on some runs, neither on every run.
 Each configuration starts after ``os.sync()`` so earlier runs' dirty pages do not slow this one.
 
-    python benchmarks/dump_overhead.py [--steps 6] [--warmup 2]
+    python benchmarks/dump_overhead.py [--steps 10] [--warmup 2]
 """
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def measure(task: str, level: str, steps: int, warmup: int, root: str) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="PyTorch dumper overhead on a TransformerEncoder step")
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
