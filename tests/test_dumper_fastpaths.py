@@ -296,3 +296,21 @@ def test_plain_calls_dump_exactly_what_the_general_path_dumps(tmp_path, kind, le
     if summary == "md5":
         assert '"md5": "' in texts[0][0]
     assert '"Tensor.addcdiv_.0.forward"' in texts[0][0] and "Max_except_inf_nan" in texts[0][0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_pass_statistics_by_address_equal_the_array_entry_point(dtype):
+    from dumpers.torch_dump import fastreduce
+    if not fastreduce.kernels():
+        pytest.skip("numba is not installed")
+    torch.manual_seed(5)
+    for n in (64, 999, 70000):
+        t = (torch.randn(n, dtype=torch.float64) * 50 - 3).to(dtype)
+        assert fastreduce.summarize_memory(t.data_ptr(), n, dtype == torch.float32) == fastreduce.summarize(t.numpy())
+    view = torch.randn(4, 300, dtype=dtype)[1:3]               # contiguous, starts inside its storage
+    assert fastreduce.summarize_memory(view.data_ptr(), view.numel(), dtype == torch.float32) == \
+        fastreduce.summarize(view.numpy())
+    t = torch.randn(200, dtype=dtype)
+    t[17] = math.inf
+    assert fastreduce.summarize_memory(t.data_ptr(), 200, dtype == torch.float32) is None
+    assert fastreduce.summarize_memory(t.data_ptr(), 10, dtype == torch.float32) is None    # below the minimum

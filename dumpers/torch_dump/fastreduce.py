@@ -15,9 +15,11 @@ bits. Without numba (or with ``MSPROBE_DUMP_JIT=0``) :func:`summarize` always re
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import os
+import threading
 import warnings
 from typing import Any, Optional
 
@@ -28,6 +30,8 @@ log = logging.getLogger("pytest_msprobe.dump")
 MIN_ELEMENTS = 64            # below this the call overhead dominates: the plain path is as fast
 
 _kernels: Optional[dict] = None
+_POINTER = "address"
+_local = threading.local()
 
 
 def _build() -> dict:
@@ -75,7 +79,37 @@ def _build() -> dict:
         except Exception:  # noqa: BLE001 - no writable cache directory: compile per process instead
             fn = numba.njit(fastmath=flags, nogil=True, boundscheck=False)(py)
         out[np.dtype(dtype)] = (fn, np.dtype(key_type), dtype is np.float32)
+        try:
+            out[_POINTER, dtype is np.float32] = _by_pointer(numba, fn, dtype, key_type)
+        except Exception as exc:  # noqa: BLE001 - the array entry point still serves
+            log.debug("one-pass statistics by address unavailable (%s)", exc)
     return out
+
+
+def _by_pointer(numba: Any, fn: Any, dtype: Any, key_type: Any) -> tuple:
+    """A C entry point over raw memory, called through ctypes: no numpy arrays to build and free, no
+    per-call argument typing by numba's dispatcher."""
+    from numba import carray, types
+
+    def by_pointer(vp, bp, n, out):     # pragma: no cover - runs compiled (numba), not as Python
+        mx, mn, s, q = fn(carray(vp, (n,)), carray(bp, (n,)))
+        out[0] = mx
+        out[1] = mn
+        out[2] = s
+        out[3] = q
+
+    ftype = types.float32 if dtype is np.float32 else types.float64
+    ktype = types.int32 if key_type is np.int32 else types.int64
+    sig = types.void(types.CPointer(ftype), types.CPointer(ktype), types.intp, types.CPointer(types.float64))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled = numba.cfunc(sig, cache=True)(by_pointer)
+    except Exception:  # noqa: BLE001 - no writable cache directory
+        compiled = numba.cfunc(sig)(by_pointer)
+    call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_void_p)(
+        compiled.address)
+    return call, compiled               # the compiled object keeps the code (and so the address) alive
 
 
 def kernels() -> dict:
@@ -115,3 +149,26 @@ def summarize(array: np.ndarray) -> Optional[list]:
 
 
 _isfinite, _sqrt, _F32 = math.isfinite, math.sqrt, np.float32
+
+
+def summarize_memory(address: int, n: int, float32: bool) -> Optional[list]:
+    """:func:`summarize` of ``n`` contiguous float32 (or float64) values at ``address``.
+
+    For a tensor the caller has checked: dense, contiguous, on the CPU, of that dtype, alive for the
+    duration of the call.
+    """
+    if n < MIN_ELEMENTS:
+        return None
+    entry = (_kernels if _kernels is not None else kernels()).get((_POINTER, float32))
+    if entry is None:
+        return None
+    out = getattr(_local, "out", None)
+    if out is None:
+        out = _local.out = (ctypes.c_double * 4)()
+    entry[0](address, address, n, ctypes.addressof(out))
+    s, q = out[2], out[3]
+    if not (_isfinite(s) and _isfinite(q)):
+        return None
+    if float32:
+        return [out[0], out[1], float(_F32(s / n)), float(_F32(_sqrt(q)))]
+    return [out[0], out[1], s / n, _sqrt(q)]

@@ -65,6 +65,7 @@ def _mean(t: torch.Tensor) -> torch.Tensor:
 
 # dtypes whose CPU max/min numpy computes exactly and several times faster than ``torch.aminmax``
 _MAX, _MIN = np.maximum.reduce, np.minimum.reduce
+_ONE_PASS = (torch.float32, torch.float64)
 _NUMPY_MINMAX = frozenset((torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
                            torch.uint8))
 
@@ -76,13 +77,18 @@ def _cpu_numbers(t: torch.Tensor, kind: str) -> list:
     Max and Min of float32/float64 and integer tensors come from numpy's vectorised reductions over
     the same memory (exact, NaN-propagating like ``aminmax``) and Mean and Norm from torch's.
     """
+    one_pass = kind == "float" and t.dtype in _ONE_PASS and not t.is_neg() and t.is_contiguous()
+    if one_pass:
+        numbers = fastreduce.summarize_memory(t.data_ptr(), t.numel(), t.dtype is torch.float32)
+        if numbers is not None:
+            return numbers
     if kind in ("float", "int") and t.dtype in _NUMPY_MINMAX:
         try:
             a = t.numpy()
         except (RuntimeError, TypeError):
             a = None
         if a is not None:
-            if kind == "float" and a.flags.c_contiguous:
+            if kind == "float" and not one_pass and a.flags.c_contiguous:
                 numbers = fastreduce.summarize(a)
                 if numbers is not None:
                     return numbers
