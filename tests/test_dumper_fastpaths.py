@@ -77,9 +77,13 @@ def test_cpu_numbers_equal_the_torch_reductions(t):
     ours = _cpu_numbers(t, kind)
     ref = [v.item() for v in _reductions(t, kind)]
     assert len(ours) == len(ref)
-    for a, b in zip(ours, ref):
+    one_pass = kind == "float" and t.dtype in (torch.float32, torch.float64) and t.numel() >= 64
+    for n, (a, b) in enumerate(zip(ours, ref)):
         assert type(a) is type(b)
-        assert (math.isnan(a) and math.isnan(b)) if isinstance(a, float) and a != a else a == b
+        if one_pass and n >= 2:               # Mean and Norm: exact values rounded, not torch's float sums
+            assert a == pytest.approx(b, rel=1e-6)
+        else:
+            assert (math.isnan(a) and math.isnan(b)) if isinstance(a, float) and a != a else a == b
 
 
 def test_same_tensor_twice_in_a_call_is_summarised_once():
@@ -314,3 +318,14 @@ def test_one_pass_statistics_by_address_equal_the_array_entry_point(dtype):
     t[17] = math.inf
     assert fastreduce.summarize_memory(t.data_ptr(), 200, dtype == torch.float32) is None
     assert fastreduce.summarize_memory(t.data_ptr(), 10, dtype == torch.float32) is None    # below the minimum
+
+
+def test_one_pass_statistics_of_permuted_dense_tensors():
+    """A transpose is summarised over its memory block: the same numbers as its contiguous copy."""
+    from dumpers.torch_dump.stats import _cpu_numbers
+    t = torch.randn(8, 33, 70).permute(2, 0, 1)
+    assert not t.is_contiguous()
+    assert _cpu_numbers(t, "float") == _cpu_numbers(t.contiguous(), "float")
+    sliced = torch.randn(40, 70)[:, 5:60]                     # not dense: the general reductions
+    ref = [v.item() for v in _reductions(sliced, "float")]
+    assert _cpu_numbers(sliced, "float")[:2] == ref[:2]

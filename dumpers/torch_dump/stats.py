@@ -70,6 +70,18 @@ _NUMPY_MINMAX = frozenset((torch.float32, torch.float64, torch.int64, torch.int3
                            torch.uint8))
 
 
+def _permuted_dense(t: torch.Tensor) -> bool:
+    """The elements fill one block of numel slots from ``data_ptr()`` in some order of the dimensions."""
+    expected = 1
+    for stride, size in sorted(zip(t.stride(), t.shape)):
+        if size == 1:
+            continue
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def _cpu_numbers(t: torch.Tensor, kind: str) -> list:
     """The statistics of a CPU tensor as Python numbers, computed now (no later sync to save on the host).
 
@@ -77,7 +89,10 @@ def _cpu_numbers(t: torch.Tensor, kind: str) -> list:
     Max and Min of float32/float64 and integer tensors come from numpy's vectorised reductions over
     the same memory (exact, NaN-propagating like ``aminmax``) and Mean and Norm from torch's.
     """
-    one_pass = kind == "float" and t.dtype in _ONE_PASS and not t.is_neg() and t.is_contiguous()
+    # a permuted dense tensor (a transpose) covers exactly numel slots from data_ptr(): its statistics
+    # do not depend on the order of its elements
+    one_pass = kind == "float" and t.dtype in _ONE_PASS and not t.is_neg() \
+        and (t.is_contiguous() or _permuted_dense(t))
     if one_pass:
         numbers = fastreduce.summarize_memory(t.data_ptr(), t.numel(), t.dtype is torch.float32)
         if numbers is not None:
@@ -96,6 +111,8 @@ def _cpu_numbers(t: torch.Tensor, kind: str) -> list:
             if kind == "int":
                 return [mx, mn]
             return [mx, mn, _mean(t).item(), torch.linalg.vector_norm(t).item()]
+    if kind == "scalar":                # read now: no copy needed to outlive an in-place call
+        return [(t.abs() if t.is_complex() else t).item()]
     return [v.item() for v in _reductions(t, kind)]
 
 
