@@ -293,13 +293,19 @@ class StatBatch:
                 or t.dim() == 0 or t.numel() == 0 or (version is not None and id(t) in self.twins):
             return self._text_of(t, cacheable, level)
         data = t.detach() if requires_grad else t
-        values = _cpu_numbers(data, kind)
-        if kind == "int":
-            mx, mn, mean, norm = int(values[0]), int(values[1]), None, None
-        else:
+        values = None
+        if kind == "float" and t.dtype in _ONE_PASS and t.is_contiguous() and not t.is_neg():
+            values = fastreduce.summarize_memory(t.data_ptr(), t.numel(), t.dtype is torch.float32)
+        if values is not None:          # the one-pass kernel answers for finite data only
             mx, mn, mean, norm = values
-            if not (_isfinite(mx) and _isfinite(mn)):
-                return self._text_of(t, cacheable, level)
+        else:
+            values = _cpu_numbers(data, kind)
+            if kind == "int":
+                mx, mn, mean, norm = int(values[0]), int(values[1]), None, None
+            else:
+                mx, mn, mean, norm = values
+                if not (_isfinite(mx) and _isfinite(mn)):
+                    return self._text_of(t, cacheable, level)
         if version is not None:
             self.twins[id(t)] = (t, version, data, values)
             if cacheable and cache is not None:
