@@ -6,11 +6,11 @@ train side by side, one bare and one dumped, alternating step by step, so a mach
 affects both alike; the ratio is the median of the per-round ratios. The dumped step includes
 start(), stop() (dump.json, stack.json, construct.json written) and step().
 
-Last figures (shared 2-vCPU virtual machine, bare step 150-250 ms; docs/dump.md has the split):
-L1 statistics 1.43-1.76x wall, typically 1.55-1.65 (CPU the same); L1 tensor 2.6-4.1x, typically 3.0-3.5
-(bound by the kernel's page-cache work for 293 MB of files per step); mix statistics 1.80-1.97x. Before
-the one-pass statistics, the plain-call rendering and the header-reusing tensor writer: 2.03x, 5.2x and
-2.4x. Targets: statistics <= 1.5x, tensor <= 3x: each met on some runs, neither on every run.
+Last figures (shared 2-vCPU virtual machine, bare step 145-250 ms; docs/dump.md has the split):
+L1 statistics 1.49-1.54x wall (1.43-1.60 over an hour of runs; CPU the same); L1 tensor 2.6-2.9x on a
+clean page cache, up to 4.1x while earlier runs' data is still being flushed; mix statistics 1.75-1.81x.
+Before the one-pass statistics, the plain-call rendering and the header-reusing tensor writer: 2.03x,
+5.2x and 2.4x. Targets: statistics <= 1.5x, tensor <= 3x: met in the machine's good phases, not on every run.
 Each configuration starts after ``os.sync()`` so earlier runs' dirty pages do not slow this one.
 
     python benchmarks/dump_overhead.py [--steps 10] [--warmup 2]
