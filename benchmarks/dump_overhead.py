@@ -7,7 +7,7 @@ affects both alike; the ratio is the median of the per-round ratios. The dumped 
 start(), stop() (dump.json, stack.json, construct.json written) and step().
 
 Last figures (shared 2-vCPU virtual machine, bare step 145-250 ms; docs/dump.md has the split):
-L1 statistics 1.49-1.54x wall (1.43-1.60 over an hour of runs; CPU the same); L1 tensor 2.6-2.9x on a
+L1 statistics 1.49-1.60x wall (CPU the same); L1 tensor 2.6-2.9x on a
 clean page cache, up to 4.1x while earlier runs' data is still being flushed; mix statistics 1.75-1.81x.
 Before the one-pass statistics, the plain-call rendering and the header-reusing tensor writer: 2.03x,
 5.2x and 2.4x. Targets: statistics <= 1.5x, tensor <= 3x: met in the machine's good phases, not on every run.
