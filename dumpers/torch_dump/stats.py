@@ -181,14 +181,17 @@ class StatCache:
         return stats
 
     def put(self, t: torch.Tensor, version: Optional[int], item: dict) -> None:
+        extra = {k: item[k] for k in _EXTRA_KEYS if k in item} if len(item) > 8 else None
+        self.put_numbers(t, version, (item["Max"], item["Min"], item["Mean"], item["Norm"], extra or None))
+
+    def put_numbers(self, t: torch.Tensor, version: Optional[int], stats: tuple) -> None:
+        """Remember (Max, Min, Mean, Norm, extra keys or None) of ``t`` at ``version``."""
         if version is None:
             return
         if len(self._entries) >= self._limit:
             self._entries.clear()
-        extra = {k: item[k] for k in _EXTRA_KEYS if k in item} if len(item) > 8 else None
         try:
-            self._entries[id(t)] = (weakref.ref(t), version, (item["Max"], item["Min"], item["Mean"], item["Norm"],
-                                                              extra or None))
+            self._entries[id(t)] = (weakref.ref(t), version, stats)
         except TypeError:
             pass
 
@@ -269,6 +272,8 @@ class StatBatch:
 
         A CPU tensor with ordinary statistics (finite floats, integers) is rendered straight from its
         numbers, without the item dict; everything else goes through :meth:`add` and the renderer.
+        The look-up at the top repeats :meth:`add`'s on purpose: a helper for it costs a measurable
+        share of the per-call time on this path.
         """
         info = _DTYPES.get(t.dtype)
         if info is None:
@@ -309,9 +314,7 @@ class StatBatch:
         if version is not None:
             self.twins[id(t)] = (t, version, data, values)
             if cacheable and cache is not None:
-                if len(cache._entries) >= cache._limit:
-                    cache._entries.clear()
-                cache._entries[id(t)] = (weakref.ref(t), version, (mx, mn, mean, norm, None))
+                cache.put_numbers(t, version, (mx, mn, mean, norm, None))
         text = fmt.tensor_text(info[0], list(t.shape), mx, mn, mean, norm, requires_grad, level)
         return text if text is not None else self._text_of(t, cacheable, level)
 
