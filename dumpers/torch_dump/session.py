@@ -111,7 +111,6 @@ class DumpSession:
 
     # --- step state ------------------------------------------------------------------------------
     def _reset_step_state(self) -> None:
-        self.data: dict = {}
         self.texts: dict = {}             # entry key -> its finished dump.json text (see jsontext)
         self.construct: dict = {}
         self.stack_groups: dict = {}      # frames -> [id, keys, lines]
@@ -168,7 +167,8 @@ class DumpSession:
         return {"task": self.task, "level": self.level, "framework": "pytorch", "dump_data_dir": self.dump_data_dir}
 
     def _dump_json(self) -> dict:
-        return {**self._header(), "data": self.data}
+        """The dump.json written when a step opens: the header, no entries yet (the journal holds them)."""
+        return {**self._header(), "data": {}}
 
     def write_files(self) -> None:
         """stop(): dump.json, stack.json, construct.json in full (atomic), journal removed."""
@@ -343,7 +343,6 @@ class DumpSession:
     def record(self, key: str, entry: dict, sid: Optional[int] = None) -> None:
         if not entry:
             return
-        self.data[key] = entry
         self.record_text(key, entry_text(entry), sid)
 
     def record_text(self, key: str, text: str, sid: Optional[int] = None) -> None:
