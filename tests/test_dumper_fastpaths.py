@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dumpers import format as fmt
 from dumpers.journal import JournalWriter, read_journal
@@ -329,3 +331,32 @@ def test_one_pass_statistics_of_permuted_dense_tensors():
     sliced = torch.randn(40, 70)[:, 5:60]                     # not dense: the general reductions
     ref = [v.item() for v in _reductions(sliced, "float")]
     assert _cpu_numbers(sliced, "float")[:2] == ref[:2]
+
+
+def _reference_at(obj, level: int) -> str:
+    """json.dumps(indent=1) of ``obj`` as it would stand ``level`` levels deep in a document."""
+    return fmt.dumps_json(obj).replace("\n", "\n" + " " * level)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_renderer_fast_paths_equal_json_dumps(data):
+    """Tensor items, {"type", "value"} items and shapes take fast paths; the text stays json.dumps's."""
+    number = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20),
+                       st.floats(allow_nan=True, allow_infinity=True), st.just(-0.0))
+    item = st.fixed_dictionaries(
+        {"type": st.sampled_from(["torch.Tensor", "mindspore.Tensor", 'x"y']),
+         "dtype": st.sampled_from(["torch.float32", "torch.bfloat16", "Float16", "\u00e9"]),
+         "shape": st.lists(st.one_of(st.integers(0, 4096), st.just(True), st.just(1.5)), max_size=4),
+         "Max": number, "Min": number, "Mean": number, "Norm": number, "requires_grad": st.booleans()},
+        optional={"data_name": st.text(max_size=8), "md5": st.just("0badf00d")})
+    scalar = st.fixed_dictionaries({"type": st.sampled_from(["int", "float", "str", "bool"]),
+                                    "value": st.one_of(number, st.text(max_size=6))})
+    leaf = st.one_of(item, scalar, number, st.text(max_size=5))
+    tree = st.recursive(leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                      st.dictionaries(st.text(max_size=4), inner, max_size=3)),
+                        max_leaves=8)
+    obj = data.draw(st.dictionaries(st.sampled_from(["input_args", "input_kwargs", "output", "input"]), tree,
+                                    max_size=3))
+    level = data.draw(st.integers(0, 3))
+    assert fmt.dumps_json_fast(obj, level) == _reference_at(obj, level)
