@@ -44,7 +44,7 @@ def dump_json_text(header: dict, texts: dict) -> str:
 # --- entries of plain calls, rendered as they are encoded (see DumpSession._run_plain) ------------------
 _I = fmt._INDENTS
 _PLAIN_SCALARS = {bool: "bool", int: "int", float: "float", str: "str"}
-_ITEM_LEVEL = ENTRY_LEVEL + 2            # entry -> "input_args" list -> item
+ITEM_LEVEL = _ITEM_LEVEL = ENTRY_LEVEL + 2   # entry -> "input_args" list -> item
 
 
 def plain_value(value: Any) -> bool:

@@ -22,8 +22,8 @@ from dumpers.journal import JournalWriter
 from dumpers.torch_dump import callargs
 from dumpers.torch_dump import stack as stacklib
 from dumpers.torch_dump.encode import Encoder
-from dumpers.torch_dump.jsontext import (ENTRY_LEVEL, backward_text, dict_text, dump_json_text, entry_text,
-                                        forward_text, item_text, list_text, plain_value)
+from dumpers.torch_dump.jsontext import (ENTRY_LEVEL, ITEM_LEVEL, backward_text, dict_text, dump_json_text,
+                                        entry_text, forward_text, item_text, list_text, plain_value)
 from dumpers.torch_dump.stats import StatBatch, StatCache, version_of
 from dumpers.torch_dump.writer import TensorWriter
 
@@ -392,7 +392,9 @@ class DumpSession:
                 collective: bool = False) -> Any:
         """Run one captured API call and record it (forward now, backward through an autograd hook)."""
         base = f"{prefix}.{api}"
-        idx = self.next_index(base)
+        counters = self.counters          # next_index(), inlined: this runs for every call
+        idx = counters.get(base, 0)
+        counters[base] = idx + 1
         if not self.on or os.getpid() != self.pid:
             return func(*args, **kwargs)
         pending = plain = None
@@ -444,7 +446,9 @@ class DumpSession:
         batch = StatBatch(self.md5, self.cache)
         hook = self._tensor_hook(key)
         if hook is None:
-            in_args = list_text([item_text(v, batch, False) for v in rec_args])
+            text = batch.text             # tensors straight to StatBatch.text: the common case, per call
+            in_args = list_text([text(v, v.requires_grad, ITEM_LEVEL) if type(v) is torch.Tensor
+                                 else item_text(v, batch, False) for v in rec_args])
             in_kwargs = dict_text({str(k): item_text(v, batch, False) for k, v in rec_kwargs.items()})
         else:
             in_args = list_text([item_text(v, batch, False, hook, ("input", i)) for i, v in enumerate(rec_args)])
@@ -457,8 +461,9 @@ class DumpSession:
         """:meth:`finish` for :meth:`_plain_begin`; a result that is not plain goes through the Encoder."""
         key, parent, batch, hook, in_args, in_kwargs, sid = plain
         try:
-            self.add_construct(key, parent)
-            batch.new_phase()
+            if self.with_construct:
+                self.add_construct(key, parent)
+            batch.twins.clear()           # new_phase(): the outputs never share the inputs' reductions
             if isinstance(result, (tuple, list)) and not isinstance(result, torch.Size):
                 values = result
             else:
@@ -466,10 +471,13 @@ class DumpSession:
             if not all(map(plain_value, values)):
                 output = fmt.dumps_json_fast(Encoder(batch, hook).outputs(result), ENTRY_LEVEL + 1)
             elif hook is None:
-                output = list_text([item_text(v, batch, True) for v in values])
+                text = batch.text
+                output = list_text([text(v, True, ITEM_LEVEL) if type(v) is torch.Tensor
+                                    else item_text(v, batch, True) for v in values])
             else:
                 output = list_text([item_text(v, batch, True, hook, ("output", i)) for i, v in enumerate(values)])
-            batch.resolve()
+            if batch.pending:
+                batch.resolve()
             self.record_text(key, forward_text(in_args, in_kwargs, output), sid)
             self._hook_backward(result, base, idx)
         except Exception as exc:  # noqa: BLE001 - the dumper must never break training

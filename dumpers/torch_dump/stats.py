@@ -270,40 +270,44 @@ class StatBatch:
     def text(self, t: torch.Tensor, cacheable: bool, level: int) -> str:
         """The dump.json text at ``level`` of the item :meth:`add` makes for ``t``, with the same effects.
 
-        A CPU tensor with ordinary statistics (finite floats, integers) is rendered straight from its
-        numbers, without the item dict; everything else goes through :meth:`add` and the renderer.
-        The look-up at the top repeats :meth:`add`'s on purpose: a helper for it costs a measurable
-        share of the per-call time on this path.
+        ``t`` is a strided CPU tensor (:func:`dumpers.torch_dump.jsontext.plain_value`). One with ordinary
+        statistics (finite floats, integers) is rendered straight from its numbers, without the item
+        dict; anything else goes through :meth:`add` and the renderer. This runs for most tensors of a
+        step, so it asks the tensor for as few attributes as it can, and its look-up at the top repeats
+        :meth:`add`'s on purpose: a shared helper costs a measurable share of the per-call time.
         """
-        info = _DTYPES.get(t.dtype)
+        dtype = t.dtype
+        info = _DTYPES.get(dtype)
         if info is None:
-            info = _dtype_info(t.dtype)
+            info = _dtype_info(dtype)
         requires_grad = t.requires_grad
         try:
             version = t._version
         except RuntimeError:
             version = None
+        shape = t.shape
         cache = self.cache
         if cache is not None and version is not None:
             hit = cache._entries.get(id(t))
             if hit is not None and hit[1] == version and hit[0]() is t:
                 mx, mn, mean, norm, extra = hit[2]
                 if extra is None:
-                    text = fmt.tensor_text(info[0], list(t.shape), mx, mn, mean, norm, requires_grad, level)
+                    text = fmt.tensor_text(info[0], list(shape), mx, mn, mean, norm, requires_grad, level)
                     if text is not None:
                         return text
                 return self._text_of(t, cacheable, level)
         kind = info[1]
-        if kind not in ("float", "int") or self.md5 or not t.is_cpu or t.layout != torch.strided or t.is_meta \
-                or t.dim() == 0 or t.numel() == 0 or (version is not None and id(t) in self.twins):
+        if kind not in ("float", "int") or self.md5 or not shape or 0 in shape \
+                or (version is not None and id(t) in self.twins):
             return self._text_of(t, cacheable, level)
-        data = t.detach() if requires_grad else t
         values = None
-        if kind == "float" and t.dtype in _ONE_PASS and t.is_contiguous() and not t.is_neg():
-            values = fastreduce.summarize_memory(t.data_ptr(), t.numel(), t.dtype is torch.float32)
+        if dtype in _ONE_PASS and t.is_contiguous() and not t.is_neg():
+            values = fastreduce.summarize_memory(t.data_ptr(), t.numel(), dtype is torch.float32)
         if values is not None:          # the one-pass kernel answers for finite data only
             mx, mn, mean, norm = values
+            data = t                    # (a twin's data is read only for non-finite values or md5)
         else:
+            data = t.detach() if requires_grad else t
             values = _cpu_numbers(data, kind)
             if kind == "int":
                 mx, mn, mean, norm = int(values[0]), int(values[1]), None, None
@@ -315,7 +319,7 @@ class StatBatch:
             self.twins[id(t)] = (t, version, data, values)
             if cacheable and cache is not None:
                 cache.put_numbers(t, version, (mx, mn, mean, norm, None))
-        text = fmt.tensor_text(info[0], list(t.shape), mx, mn, mean, norm, requires_grad, level)
+        text = fmt.tensor_text(info[0], list(shape), mx, mn, mean, norm, requires_grad, level)
         return text if text is not None else self._text_of(t, cacheable, level)
 
     def _text_of(self, t: torch.Tensor, cacheable: bool, level: int) -> str:
