@@ -127,7 +127,8 @@ def kernels() -> dict:
 def summarize(array: np.ndarray) -> Optional[list]:
     """[Max, Min, Mean, Norm] of a C-contiguous float32/float64 array, or None (not finite, no kernel).
 
-    The values are Python floats; Mean and Norm are rounded to the array's dtype.
+    The values are Python floats; Mean and Norm are rounded to the array's dtype. The dumper calls
+    :func:`summarize_memory`; this array entry point is the same loop for numpy callers.
     """
     n = array.size
     if n < MIN_ELEMENTS:
@@ -141,14 +142,19 @@ def summarize(array: np.ndarray) -> Optional[list]:
     except Exception as exc:  # noqa: BLE001
         log.debug("one-pass statistics failed (%s); falling back", exc)
         return None
-    if not (_isfinite(s) and _isfinite(q)):
-        return None
-    if entry[2]:
-        return [mx, mn, float(_F32(s / n)), float(_F32(_sqrt(q)))]
-    return [mx, mn, s / n, _sqrt(q)]
+    return _numbers(mx, mn, s, q, n, entry[2])
 
 
 _isfinite, _sqrt, _F32 = math.isfinite, math.sqrt, np.float32
+
+
+def _numbers(mx: float, mn: float, s: float, q: float, n: int, float32: bool) -> Optional[list]:
+    """[Max, Min, Mean, Norm] from the loop's results; None when the data held a NaN or an infinity."""
+    if not (_isfinite(s) and _isfinite(q)):
+        return None
+    if float32:
+        return [mx, mn, float(_F32(s / n)), float(_F32(_sqrt(q)))]
+    return [mx, mn, s / n, _sqrt(q)]
 
 
 def summarize_memory(address: int, n: int, float32: bool) -> Optional[list]:
@@ -166,9 +172,4 @@ def summarize_memory(address: int, n: int, float32: bool) -> Optional[list]:
     if out is None:
         out = _local.out = (ctypes.c_double * 4)()
     entry[0](address, address, n, ctypes.addressof(out))
-    s, q = out[2], out[3]
-    if not (_isfinite(s) and _isfinite(q)):
-        return None
-    if float32:
-        return [out[0], out[1], float(_F32(s / n)), float(_F32(_sqrt(q)))]
-    return [out[0], out[1], s / n, _sqrt(q)]
+    return _numbers(out[0], out[1], out[2], out[3], n, float32)

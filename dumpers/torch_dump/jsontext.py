@@ -41,10 +41,10 @@ def dump_json_text(header: dict, texts: dict) -> str:
     return head + "{" + _ENTRY_INDENT + body + "\n }\n}"
 
 
-# --- entries of plain calls, rendered as they are encoded (see DumpSession._run_plain) ------------------
+# --- entries of plain calls, rendered as they are encoded (see DumpSession._plain_begin) ------------------
 _I = fmt._INDENTS
 _PLAIN_SCALARS = {bool: "bool", int: "int", float: "float", str: "str"}
-ITEM_LEVEL = _ITEM_LEVEL = ENTRY_LEVEL + 2   # entry -> "input_args" list -> item
+ITEM_LEVEL = ENTRY_LEVEL + 2          # entry -> "input_args" list -> item
 
 
 def plain_value(value: Any) -> bool:
@@ -64,32 +64,32 @@ def item_text(value: Any, batch: Any, cacheable: bool, on_tensor: Any = None, pa
         return "null"
     kind = _PLAIN_SCALARS.get(type(value))
     if kind is not None:
-        i = _I[_ITEM_LEVEL + 1]
-        return f'{{{i}"type": "{kind}",{i}"value": {fmt._SCALAR_TEXT[type(value)](value)}{_I[_ITEM_LEVEL]}}}'
+        i = _I[ITEM_LEVEL + 1]
+        return f'{{{i}"type": "{kind}",{i}"value": {fmt._SCALAR_TEXT[type(value)](value)}{_I[ITEM_LEVEL]}}}'
     if on_tensor is None:
-        return batch.text(value, cacheable or value.requires_grad, _ITEM_LEVEL)
+        return batch.text(value, cacheable or value.requires_grad, ITEM_LEVEL)
     item = batch.add(value, cacheable or value.requires_grad)
     on_tensor(value, item, path)
     if batch.pending:
         batch.resolve()
-    text = fmt._tensor_item_text(item, _ITEM_LEVEL)
-    return text if text is not None else fmt.dumps_json_fast(item, _ITEM_LEVEL)
+    text = fmt._tensor_item_text(item, ITEM_LEVEL)
+    return text if text is not None else fmt.dumps_json_fast(item, ITEM_LEVEL)
 
 
 def list_text(items: list) -> str:
     """A list of item texts at list level (``input_args``, ``output``)."""
     if not items:
         return "[]"
-    sep = "," + _I[_ITEM_LEVEL]
-    return "[" + _I[_ITEM_LEVEL] + sep.join(items) + _I[_ITEM_LEVEL - 1] + "]"
+    sep = "," + _I[ITEM_LEVEL]
+    return "[" + _I[ITEM_LEVEL] + sep.join(items) + _I[ITEM_LEVEL - 1] + "]"
 
 
 def dict_text(items: dict) -> str:
     """A dict of item texts at list level (``input_kwargs``); keys as the Encoder writes them."""
     if not items:
         return "{}"
-    sep = "," + _I[_ITEM_LEVEL]
-    return "{" + _I[_ITEM_LEVEL] + sep.join(f"{_ESC(k)}: {v}" for k, v in items.items()) + _I[_ITEM_LEVEL - 1] + "}"
+    sep = "," + _I[ITEM_LEVEL]
+    return "{" + _I[ITEM_LEVEL] + sep.join(f"{_ESC(k)}: {v}" for k, v in items.items()) + _I[ITEM_LEVEL - 1] + "}"
 
 
 def forward_text(args: str, kwargs: str, output: str) -> str:

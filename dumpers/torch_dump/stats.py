@@ -85,9 +85,10 @@ def _permuted_dense(t: torch.Tensor) -> bool:
 def _cpu_numbers(t: torch.Tensor, kind: str) -> list:
     """The statistics of a CPU tensor as Python numbers, computed now (no later sync to save on the host).
 
-    Contiguous finite float32/float64 tensors take the one-pass kernel (:mod:`fastreduce`). Otherwise
-    Max and Min of float32/float64 and integer tensors come from numpy's vectorised reductions over
-    the same memory (exact, NaN-propagating like ``aminmax``) and Mean and Norm from torch's.
+    Finite float32/float64 tensors that are contiguous or permuted-dense take the one-pass kernel
+    (:mod:`fastreduce`). Otherwise Max and Min of float32/float64 and integer tensors come from
+    numpy's vectorised reductions over the same memory (exact, NaN-propagating like ``aminmax``) and
+    Mean and Norm from torch's.
     """
     # a permuted dense tensor (a transpose) covers exactly numel slots from data_ptr(): its statistics
     # do not depend on the order of its elements
@@ -103,10 +104,6 @@ def _cpu_numbers(t: torch.Tensor, kind: str) -> list:
         except (RuntimeError, TypeError):
             a = None
         if a is not None:
-            if kind == "float" and not one_pass and a.flags.c_contiguous:
-                numbers = fastreduce.summarize(a)
-                if numbers is not None:
-                    return numbers
             mx, mn = _MAX(a, axis=None).item(), _MIN(a, axis=None).item()
             if kind == "int":
                 return [mx, mn]
