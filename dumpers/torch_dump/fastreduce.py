@@ -28,6 +28,7 @@ import numpy as np
 log = logging.getLogger("pytest_msprobe.dump")
 
 MIN_ELEMENTS = 64            # below this the call overhead dominates: the plain path is as fast
+BLOCK = 256                  # float32 elements summed in float32 before the float64 running sums
 
 _kernels: Optional[dict] = None
 _POINTER = "address"
@@ -44,40 +45,82 @@ def _build() -> dict:
         log.debug("numba is not installed: tensor statistics use four torch/numpy reductions")
         return {}
 
-    def make(float_type: Any, key_type: Any, mask: int) -> Any:
+    def make(float_type: Any, key_type: Any, mask: int, jit: Any) -> Any:
         kmask = key_type(mask)
-        shift = np.dtype(key_type).itemsize * 8 - 1
+        shift = key_type(np.dtype(key_type).itemsize * 8 - 1)
         kmin, kmax = key_type(np.iinfo(key_type).min), key_type(np.iinfo(key_type).max)
+        # float32 data: blocks of BLOCK elements. Each block's keys come first (its extremes); a block
+        # whose magnitudes keep every float32 square and sum in the normal range (or that holds only
+        # zeros) is summed in float32, vectorised 8 wide with no conversion, and the block sums are
+        # added in float64; any other block (tiny or huge values, NaN, inf) is summed in float64.
+        # float64 data: float64 throughout.
+        block = BLOCK if float_type is np.float32 else 0
+        lo_ok_hi, lo_ok_lo = _key32(_SAFE32[1]), _key32(-_SAFE32[1])     # |x| <= 2**59: no overflow
+        hi_ok_hi, hi_ok_lo = _key32(_SAFE32[0]), _key32(-_SAFE32[0])     # |x| >= 2**-60: no underflow
+        zero_hi, zero_lo = _key32(0.0), _key32(-0.0)
 
         def kernel(values, bits):       # pragma: no cover - runs compiled (numba), not as Python
             hi, lo = kmin, kmax
             s = 0.0
             q = 0.0
-            for i in range(bits.shape[0]):
+            n = bits.shape[0]
+            done = 0
+            if block:
+                done = n - n % block
+                for base in range(0, done, block):
+                    bhi, blo = kmin, kmax
+                    for i in range(base, base + block):
+                        k = bits[i]
+                        k = key_type(k ^ key_type(key_type(k >> shift) & kmask))     # 32-bit lanes stay
+                        bhi = key_type(max(bhi, k))
+                        blo = key_type(min(blo, k))
+                    hi = key_type(max(hi, bhi))
+                    lo = key_type(min(lo, blo))
+                    if bhi <= lo_ok_hi and blo >= lo_ok_lo and (
+                            bhi >= hi_ok_hi or blo <= hi_ok_lo or (bhi <= zero_hi and blo >= zero_lo)):
+                        bs = float_type(0.0)
+                        bq = float_type(0.0)
+                        for i in range(base, base + block):
+                            x = values[i]
+                            bs += x
+                            bq += x * x
+                        s += np.float64(bs)
+                        q += np.float64(bq)
+                    else:
+                        for i in range(base, base + block):
+                            x = np.float64(values[i])
+                            s += x
+                            q += x * x
+            for i in range(done, n):
                 x = np.float64(values[i])
                 s += x
                 q += x * x
                 k = bits[i]
-                k = k ^ ((k >> shift) & kmask)
-                hi = max(hi, k)
-                lo = min(lo, k)
+                k = key_type(k ^ key_type(key_type(k >> shift) & kmask))
+                hi = key_type(max(hi, k))
+                lo = key_type(min(lo, k))
             ends = np.empty(2, key_type)
             ends[0] = hi ^ ((hi >> shift) & kmask)      # the keys back to the bits of the floats
             ends[1] = lo ^ ((lo >> shift) & kmask)
             ends_f = ends.view(float_type)
-            return np.float64(ends_f[0]), np.float64(ends_f[1]), s, q
-        return kernel
+            # Mean and Norm rounded once to the data's dtype, as torch returns them; not usable (the
+            # caller's NaN-aware path decides) when the data held a NaN or an infinity
+            ok = math.isfinite(s) and math.isfinite(q)
+            mean = np.float64(float_type(s / n)) if n else 0.0
+            norm = np.float64(float_type(math.sqrt(q)))
+            return ok, np.float64(ends_f[0]), np.float64(ends_f[1]), mean, norm
+        return jit(kernel)
 
     flags = {"reassoc", "contract"}      # reordering the sums only: NaN/inf semantics stay intact
     out = {}
     for dtype, key_type, mask in ((np.float32, np.int32, 0x7FFFFFFF), (np.float64, np.int64, 0x7FFFFFFFFFFFFFFF)):
-        py = make(dtype, key_type, mask)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                fn = numba.njit(fastmath=flags, nogil=True, boundscheck=False, cache=True)(py)
+                fn = make(dtype, key_type, mask, numba.njit(fastmath=flags, nogil=True, boundscheck=False,
+                                                            cache=True))
         except Exception:  # noqa: BLE001 - no writable cache directory: compile per process instead
-            fn = numba.njit(fastmath=flags, nogil=True, boundscheck=False)(py)
+            fn = make(dtype, key_type, mask, numba.njit(fastmath=flags, nogil=True, boundscheck=False))
         out[np.dtype(dtype)] = (fn, np.dtype(key_type), dtype is np.float32)
         try:
             out[_POINTER, dtype is np.float32] = _by_pointer(numba, fn, dtype, key_type)
@@ -92,22 +135,23 @@ def _by_pointer(numba: Any, fn: Any, dtype: Any, key_type: Any) -> tuple:
     from numba import carray, types
 
     def by_pointer(vp, bp, n, out):     # pragma: no cover - runs compiled (numba), not as Python
-        mx, mn, s, q = fn(carray(vp, (n,)), carray(bp, (n,)))
+        ok, mx, mn, mean, norm = fn(carray(vp, (n,)), carray(bp, (n,)))
         out[0] = mx
         out[1] = mn
-        out[2] = s
-        out[3] = q
+        out[2] = mean
+        out[3] = norm
+        return 1 if ok else 0
 
     ftype = types.float32 if dtype is np.float32 else types.float64
     ktype = types.int32 if key_type is np.int32 else types.int64
-    sig = types.void(types.CPointer(ftype), types.CPointer(ktype), types.intp, types.CPointer(types.float64))
+    sig = types.int32(types.CPointer(ftype), types.CPointer(ktype), types.intp, types.CPointer(types.float64))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compiled = numba.cfunc(sig, cache=True)(by_pointer)
     except Exception:  # noqa: BLE001 - no writable cache directory
         compiled = numba.cfunc(sig)(by_pointer)
-    call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_void_p)(
+    call = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_void_p)(
         compiled.address)
     return call, compiled               # the compiled object keeps the code (and so the address) alive
 
@@ -138,23 +182,21 @@ def summarize(array: np.ndarray) -> Optional[list]:
         return None
     try:
         flat = array.reshape(-1)
-        mx, mn, s, q = entry[0](flat, flat.view(entry[1]))
+        ok, mx, mn, mean, norm = entry[0](flat, flat.view(entry[1]))
     except Exception as exc:  # noqa: BLE001
         log.debug("one-pass statistics failed (%s); falling back", exc)
         return None
-    return _numbers(mx, mn, s, q, n, entry[2])
+    return [float(mx), float(mn), float(mean), float(norm)] if ok else None
 
 
-_isfinite, _sqrt, _F32 = math.isfinite, math.sqrt, np.float32
+# float32 magnitudes whose squares, and a block's sum of them, stay in float32's normal range
+_SAFE32 = (2.0 ** -60, 2.0 ** 59)
 
 
-def _numbers(mx: float, mn: float, s: float, q: float, n: int, float32: bool) -> Optional[list]:
-    """[Max, Min, Mean, Norm] from the loop's results; None when the data held a NaN or an infinity."""
-    if not (_isfinite(s) and _isfinite(q)):
-        return None
-    if float32:
-        return [mx, mn, float(_F32(s / n)), float(_F32(_sqrt(q)))]
-    return [mx, mn, s / n, _sqrt(q)]
+def _key32(x: float) -> int:
+    """The order-preserving integer key of a float32 value (the kernel's Max/Min representation)."""
+    bits = int(np.array([x], np.float32).view(np.int32)[0])
+    return np.int32(bits ^ ((bits >> 31) & 0x7FFFFFFF))
 
 
 def summarize_memory(address: int, n: int, float32: bool) -> Optional[list]:
@@ -168,8 +210,12 @@ def summarize_memory(address: int, n: int, float32: bool) -> Optional[list]:
     entry = (_kernels if _kernels is not None else kernels()).get((_POINTER, float32))
     if entry is None:
         return None
-    out = getattr(_local, "out", None)
-    if out is None:
-        out = _local.out = (ctypes.c_double * 4)()
-    entry[0](address, address, n, ctypes.addressof(out))
-    return _numbers(out[0], out[1], out[2], out[3], n, float32)
+    try:
+        out, where = _local.out
+    except AttributeError:
+        out = (ctypes.c_double * 4)()
+        where = ctypes.addressof(out)
+        _local.out = out, where
+    if entry[0](address, address, n, where):
+        return [out[0], out[1], out[2], out[3]]
+    return None
