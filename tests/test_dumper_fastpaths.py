@@ -381,3 +381,47 @@ def test_renderer_fast_paths_equal_json_dumps(data):
                                     max_size=3))
     level = data.draw(st.integers(0, 3))
     assert fmt.dumps_json_fast(obj, level) == _reference_at(obj, level)
+
+
+def test_stack_capture_reuse_matches_a_fresh_walk_for_loops_generators_and_callers(tmp_path):
+    """capture() remembers the frames above the calling frame; every stack it returns must equal the
+    stack a fresh walk gives: one frame calling from several lines, a function reached from two call
+    sites, and a generator resumed from two different frames."""
+    import sys as _sys
+    from dumpers.torch_dump import stack as stacklib
+
+    got = []
+
+    def probe():                     # what the dumper's own frames do: capture from inside the dumper
+        fresh, _ = stacklib._walk(_sys._getframe(1), None)
+        got.append((stacklib.capture(None), tuple(fresh)))
+
+    probe.__code__ = probe.__code__.replace(co_filename=os.path.join(stacklib._OWN_DIR, "probe.py"))
+
+    def loop():
+        for _ in range(3):
+            probe()
+            probe()
+
+    def gen():
+        while True:
+            probe()
+            yield
+
+    def site_a(g):
+        next(g)
+
+    def site_b(g):
+        next(g)
+
+    loop()
+    loop()
+    g = gen()
+    for _ in range(2):
+        site_a(g)
+        site_b(g)
+    stacklib.release()
+    assert len(got) == 16
+    for captured, fresh in got:
+        assert captured == fresh
+    assert got[-1][0] != got[-2][0]                   # the generator's two callers are told apart

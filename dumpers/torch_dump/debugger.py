@@ -11,6 +11,7 @@ import torch
 
 from dumpers.config import ConfigError, DumpConfig, load_config
 from dumpers.torch_dump.capture import ApiCaptureMode, DistributedWrappers
+from dumpers.torch_dump import stack as stacklib
 from dumpers.torch_dump.module_hooks import ModuleHooks
 from dumpers.torch_dump.session import DumpPathError, DumpSession
 
@@ -196,6 +197,7 @@ class PrecisionDebugger:
         was_on = s.on
         s.on = False
         self._remove_api_capture()
+        stacklib.release()
         if was_on or s.dir is not None:
             s.write_files()
 
