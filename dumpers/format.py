@@ -251,6 +251,31 @@ def _shape_text(shape: list, level: int) -> Any:
     return text
 
 
+_item_parts: dict = {}                 # (kind, dtype, shape, requires_grad, level) -> the item's fixed texts
+
+
+def _parts(kind: str, dtype: str, shape: Any, requires_grad: bool, level: int) -> Any:
+    """The fixed texts of a tensor item around its four statistics: ``(head, after Max, after Min,
+    after Mean, tail)``, or None when the shape is not a list of ints. A model has few distinct
+    (dtype, shape) pairs, so these are made once each."""
+    key = (kind, dtype, tuple(shape), requires_grad, level)
+    parts = _item_parts.get(key)
+    if parts is not None:
+        return parts
+    shape_text = _shape_text(list(shape), level + 1)
+    if shape_text is None:
+        return None
+    i = _INDENTS[level + 1]
+    parts = (f'{{{i}"type": {_ESCAPED.get(kind) or _escaped(kind)},{i}"dtype": '
+             f'{_ESCAPED.get(dtype) or _escaped(dtype)},{i}"shape": {shape_text},{i}"Max": ',
+             f',{i}"Min": ', f',{i}"Mean": ', f',{i}"Norm": ',
+             f',{i}"requires_grad": {"true" if requires_grad else "false"}{_INDENTS[level]}}}')
+    if len(_item_parts) > 4096:
+        _item_parts.clear()
+    _item_parts[key] = parts
+    return parts
+
+
 def tensor_text(dtype: str, shape: Any, mx: Any, mn: Any, mean: Any, norm: Any, requires_grad: bool,
                 level: int, kind: str = "torch.Tensor") -> Any:
     """Text of a tensor item with the usual eight keys and nothing else, at ``level``; None when a value
@@ -262,17 +287,28 @@ def tensor_text(dtype: str, shape: Any, mx: Any, mn: Any, mean: Any, norm: Any, 
         mn = _FLOAT_REPR(mn) if type(mn) is float and mn - mn == 0.0 else _number_text(mn)
         mean = _FLOAT_REPR(mean) if type(mean) is float and mean - mean == 0.0 else _number_text(mean)
         norm = _FLOAT_REPR(norm) if type(norm) is float and norm - norm == 0.0 else _number_text(norm)
-        shape = _shape_text(shape, level + 1)
-        dtype = _ESCAPED.get(dtype) or _escaped(dtype)
-        kind = _ESCAPED.get(kind) or _escaped(kind)
+        parts = _parts(kind, dtype, shape, requires_grad, level)
     except (KeyError, TypeError):
         return None
-    if shape is None:
+    if parts is None:
         return None
-    i = _INDENTS[level + 1]
-    return (f'{{{i}"type": {kind},{i}"dtype": {dtype},{i}"shape": {shape},{i}"Max": {mx},'
-            f'{i}"Min": {mn},{i}"Mean": {mean},{i}"Norm": {norm},'
-            f'{i}"requires_grad": {"true" if requires_grad else "false"}{_INDENTS[level]}}}')
+    head, after_max, after_min, after_mean, tail = parts
+    return f"{head}{mx}{after_max}{mn}{after_min}{mean}{after_mean}{norm}{tail}"
+
+
+def finite_tensor_text(dtype: str, shape: tuple, mx: float, mn: float, mean: float, norm: float,
+                       requires_grad: bool, level: int) -> Any:
+    """:func:`tensor_text` of a ``torch.Tensor`` item whose four statistics are finite Python floats
+    (what the one-pass statistics give), without the checks: one look-up and one format."""
+    parts = _item_parts.get(("torch.Tensor", dtype, shape, requires_grad, level))
+    if parts is None:
+        if level > _MAX_FAST_LEVEL:
+            return None
+        parts = _parts("torch.Tensor", dtype, shape, requires_grad, level)
+        if parts is None:
+            return None
+    head, after_max, after_min, after_mean, tail = parts
+    return f"{head}{mx!r}{after_max}{mn!r}{after_min}{mean!r}{after_mean}{norm!r}{tail}"
 
 
 def _tensor_item_text(obj: dict, level: int) -> Any:

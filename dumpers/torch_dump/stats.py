@@ -289,7 +289,7 @@ class StatBatch:
             if hit is not None and hit[1] == version and hit[0]() is t:
                 mx, mn, mean, norm, extra = hit[2]
                 if extra is None:
-                    text = fmt.tensor_text(info[0], list(shape), mx, mn, mean, norm, requires_grad, level)
+                    text = fmt.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
                     if text is not None:
                         return text
                 return self._text_of(t, cacheable, level)
@@ -302,21 +302,25 @@ class StatBatch:
             values = fastreduce.summarize_memory(t.data_ptr(), t.numel(), dtype is torch.float32)
         if values is not None:          # the one-pass kernel answers for finite data only
             mx, mn, mean, norm = values
-            data = t                    # (a twin's data is read only for non-finite values or md5)
+            if version is not None:     # (a twin's data is read only for non-finite values or md5)
+                self.twins[id(t)] = (t, version, t, values)
+                if cacheable and cache is not None:
+                    cache.put_numbers(t, version, (mx, mn, mean, norm, None))
+            text = fmt.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
+            return text if text is not None else self._text_of(t, cacheable, level)
+        data = t.detach() if requires_grad else t
+        values = _cpu_numbers(data, kind)
+        if kind == "int":
+            mx, mn, mean, norm = int(values[0]), int(values[1]), None, None
         else:
-            data = t.detach() if requires_grad else t
-            values = _cpu_numbers(data, kind)
-            if kind == "int":
-                mx, mn, mean, norm = int(values[0]), int(values[1]), None, None
-            else:
-                mx, mn, mean, norm = values
-                if not (_isfinite(mx) and _isfinite(mn)):
-                    return self._text_of(t, cacheable, level)
+            mx, mn, mean, norm = values
+            if not (_isfinite(mx) and _isfinite(mn)):
+                return self._text_of(t, cacheable, level)
         if version is not None:
             self.twins[id(t)] = (t, version, data, values)
             if cacheable and cache is not None:
                 cache.put_numbers(t, version, (mx, mn, mean, norm, None))
-        text = fmt.tensor_text(info[0], list(shape), mx, mn, mean, norm, requires_grad, level)
+        text = fmt.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
         return text if text is not None else self._text_of(t, cacheable, level)
 
     def _text_of(self, t: torch.Tensor, cacheable: bool, level: int) -> str:
