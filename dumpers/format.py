@@ -240,6 +240,9 @@ _shape_texts: dict = {}                # (level, *shape) -> text, for the few sh
 def _shape_text(shape: list, level: int) -> Any:
     if not shape:
         return "[]"
+    for v in shape:                    # True == 1 as a dict key: only plain ints share the cache
+        if type(v) is not int:
+            return None
     key = (level, *shape)
     text = _shape_texts.get(key)
     if text is None:
@@ -258,6 +261,9 @@ def _parts(kind: str, dtype: str, shape: Any, requires_grad: bool, level: int) -
     """The fixed texts of a tensor item around its four statistics: ``(head, after Max, after Min,
     after Mean, tail)``, or None when the shape is not a list of ints. A model has few distinct
     (dtype, shape) pairs, so these are made once each."""
+    for v in shape:                    # True == 1 as a dict key: only plain ints share the cache
+        if type(v) is not int:
+            return None
     key = (kind, dtype, tuple(shape), requires_grad, level)
     parts = _item_parts.get(key)
     if parts is not None:
@@ -299,7 +305,8 @@ def tensor_text(dtype: str, shape: Any, mx: Any, mn: Any, mean: Any, norm: Any, 
 def finite_tensor_text(dtype: str, shape: tuple, mx: float, mn: float, mean: float, norm: float,
                        requires_grad: bool, level: int) -> Any:
     """:func:`tensor_text` of a ``torch.Tensor`` item whose four statistics are finite Python floats
-    (what the one-pass statistics give), without the checks: one look-up and one format."""
+    (what the one-pass statistics give) and whose shape is a ``torch.Size`` (plain ints), without the
+    checks: one look-up and one format."""
     parts = _item_parts.get(("torch.Tensor", dtype, shape, requires_grad, level))
     if parts is None:
         if level > _MAX_FAST_LEVEL:

@@ -4,6 +4,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -228,22 +233,34 @@ def test_statistics_without_the_jit_match_the_jit(tmp_path):
                                torch.arange(12, dtype=torch.int16).reshape(3, 4), torch.randn(2, 3).half(),
                                torch.tensor(2.5, dtype=torch.float64), torch.randn(5, 0)],
                          ids=lambda t: f"{t.dtype}-{tuple(t.shape)}")
-def test_tensor_files_load_back_identical(tmp_path, t):
-    """The header-reusing writer gives files torch.load reads (weights_only) as the very tensor."""
-    from dumpers.torch_dump.writer import TensorWriter, legacy_parts
-    writer = TensorWriter()
+@pytest.mark.parametrize("kind", ["process", "thread"])
+def test_tensor_files_load_back_identical(tmp_path, t, kind):
+    """Both writers (the writer process and the in-process thread) reuse torch.save's header and give
+    files torch.load reads (weights_only) as the very tensor, from a copy, a non-contiguous view or
+    a file written before (hard link)."""
+    from dumpers.torch_dump.writer import ProcessWriter, TensorWriter, legacy_parts
+    writer = ProcessWriter() if kind == "process" else TensorWriter()
     paths = []
     for i in range(3):                # the 2nd file of a (dtype, shape) makes its header, the 3rd reuses it
         value = t.clone() + i if t.dtype != torch.bool else t.clone()
         path = str(tmp_path / f"x{i}.pt")
-        writer.submit(path, value)
+        writer.submit_copy(path, value) if i else writer.submit(path, value)
         paths.append((path, value))
+    if t.dim() == 2 and t.numel():
+        path = str(tmp_path / "transposed.pt")
+        writer.submit_copy(path, t.t())
+        paths.append((path, t.t()))
+    writer.submit(str(tmp_path / "again.pt"), None, link_to=paths[0][0])
+    paths.append((str(tmp_path / "again.pt"), paths[0][1]))
     writer.close()
     assert writer.error is None
     for path, value in paths:
         back = torch.load(path, weights_only=True)
         assert back.dtype == value.dtype and back.shape == value.shape
         assert torch.equal(back, value)
+        assert oct(os.stat(path).st_mode & 0o777) == oct(fmt.FILE_MODE & ~_umask())
+    assert os.stat(paths[0][0]).st_ino == os.stat(paths[-1][0]).st_ino
+    assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
     if t.numel():
         legacy_parts(t.clone())
         assert legacy_parts(t.clone()) is not None
@@ -425,3 +442,65 @@ def test_stack_capture_reuse_matches_a_fresh_walk_for_loops_generators_and_calle
     for captured, fresh in got:
         assert captured == fresh
     assert got[-1][0] != got[-2][0]                   # the generator's two callers are told apart
+
+
+def test_renderer_caches_never_confuse_true_with_one():
+    """Shape texts and item parts are cached by value, and True == 1 as a dict key: a shape holding a
+    bool after the same shape of ints (and the other way round) must still render as json.dumps does."""
+    for shapes in (([1], [True]), ([True], [1]), ([0, 2], [False, 2])):
+        for shape in shapes:
+            obj = {"output": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": shape, "Max": 1.0,
+                               "Min": 0.0, "Mean": 0.5, "Norm": 1.0, "requires_grad": False}]}
+            assert fmt.dumps_json_fast(obj, 1) == _reference_at(obj, 1)
+
+
+def test_process_writer_ring_wraps_waits_and_writes_oversized_tensors_itself(tmp_path):
+    """A ring far smaller than the data: the training side waits for space, records never straddle the
+    end, and a tensor larger than the whole ring is written by the training side directly."""
+    from dumpers.torch_dump.writer import ProcessWriter
+    writer = ProcessWriter(budget=1 << 20)
+    values = [torch.randn(70_000) + i for i in range(40)] + [torch.randn(600_000)]     # 280 KB each, then 2.4 MB
+    originals = [v.clone() for v in values]
+    for i, v in enumerate(values):
+        writer.submit_copy(str(tmp_path / f"v{i}.pt"), v)
+        v.add_(1000.0)                # changed right after: the file must hold the value at submit time
+    writer.close()
+    assert writer.error is None and writer.dropped == 0
+    for i, v in enumerate(originals):
+        assert torch.equal(torch.load(tmp_path / f"v{i}.pt", weights_only=True), v)
+
+
+def test_process_writer_reports_the_first_error_and_drops_the_rest(tmp_path, caplog):
+    from dumpers.torch_dump.writer import ProcessWriter
+    writer = ProcessWriter()
+    missing = tmp_path / "gone"
+    writer.submit_copy(str(missing / "a.pt"), torch.randn(100))
+    assert writer.flush(timeout=30)
+    assert isinstance(writer.error, OSError) and "a.pt" in str(writer.error)
+    writer.submit_copy(str(tmp_path / "b.pt"), torch.randn(100))
+    writer.close()
+    assert writer.dropped == 1 and not (tmp_path / "b.pt").exists()
+    assert "further tensor files are skipped" in caplog.text
+
+
+def test_process_writer_finishes_the_files_of_a_killed_training_process(tmp_path):
+    """SIGKILL right after the last submit: the writer process still writes every file it was sent."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, signal, sys, torch
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        from dumpers.torch_dump.writer import ProcessWriter
+        writer = ProcessWriter()
+        for i in range(30):
+            writer.submit_copy({str(tmp_path)!r} + f"/t{{i}}.pt", torch.full((50_000,), float(i)))
+        print(writer._proc.pid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    child = int(proc.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{child}"):
+        time.sleep(0.05)
+    for i in range(30):
+        assert torch.equal(torch.load(tmp_path / f"t{i}.pt", weights_only=True), torch.full((50_000,), float(i)))

@@ -25,7 +25,7 @@ from dumpers.torch_dump.encode import Encoder
 from dumpers.torch_dump.jsontext import (ENTRY_LEVEL, ITEM_LEVEL, backward_text, dict_text, dump_json_text,
                                         entry_text, forward_text, item_text, list_text, plain_value)
 from dumpers.torch_dump.stats import StatBatch, StatCache, version_of
-from dumpers.torch_dump.writer import TensorWriter
+from dumpers.torch_dump.writer import TensorWriter, make_writer
 
 log = logging.getLogger("pytest_msprobe.dump")
 
@@ -161,7 +161,7 @@ class DumpSession:
                                 f"choose a writable dump_path in config.json or PrecisionDebugger(dump_path=...)"
                                 ) from exc
         if self.tensor_task and self.writer is None:
-            self.writer = TensorWriter()
+            self.writer = make_writer()
 
     def _header(self) -> dict:
         return {"task": self.task, "level": self.level, "framework": "pytorch", "dump_data_dir": self.dump_data_dir}

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import io
 import logging
+import mmap
 import os
 import pickle
+import subprocess
+import sys
 import threading
+import time
 from collections import deque
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -54,7 +58,21 @@ def legacy_parts(tensor: torch.Tensor) -> Optional[tuple]:
     nbytes = tensor.numel() * tensor.element_size()
     if tensor.untyped_storage().nbytes() != nbytes or nbytes == 0:
         return None
-    key = (tensor.dtype, tuple(tensor.shape))
+    header = legacy_header(tensor.dtype, tensor.shape)
+    if header is None:
+        return None
+    try:
+        data = tensor.reshape(-1).view(torch.uint8).numpy()
+    except (RuntimeError, TypeError):
+        return None
+    return header, data
+
+
+def legacy_header(dtype: torch.dtype, shape: torch.Size) -> Optional[bytes]:
+    """The bytes ``torch.save`` (non-zip format) writes before the data of a fresh contiguous CPU tensor
+    of this dtype and shape, or None: a pair seen for the first time, or one the format cannot be
+    reproduced for (the caller then uses ``torch.save``)."""
+    key = (dtype, tuple(shape))
     header = _headers.get(key)
     if header is None:
         if key not in _seen_once:
@@ -64,14 +82,8 @@ def legacy_parts(tensor: torch.Tensor) -> Optional[tuple]:
             return None
         if len(_headers) >= _HEADER_LIMIT:
             _headers.clear()
-        header = _headers[key] = _make_header(tensor.dtype, tensor.shape) or b""
-    if not header:
-        return None
-    try:
-        data = tensor.reshape(-1).view(torch.uint8).numpy()
-    except (RuntimeError, TypeError):
-        return None
-    return header, data
+        header = _headers[key] = _make_header(dtype, shape) or b""
+    return header or None
 
 
 def _make_header(dtype: torch.dtype, shape: torch.Size) -> Optional[bytes]:
@@ -238,3 +250,203 @@ class TensorWriter:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout)
+
+
+class ProcessWriter:
+    """Tensor files written by a separate process (:mod:`dumpers.torch_dump.writer_proc`).
+
+    A writer thread in the training process takes the interpreter lock after every file system call
+    and competes with training for it; measured on the benchmark step, that cost a third of the
+    tensor dump's overhead. Here the training thread copies each file's bytes (the ``torch.save``
+    header and the tensor's data) into a shared memory ring and sends a small record down a pipe;
+    the writer process, with its own interpreter, writes, renames and hard-links the files.
+
+    The ring (``budget`` bytes) bounds what is in flight: the training thread waits only when it is
+    full. The writer process reports progress and the first error through the ring's control page.
+    If the training process dies, the writer process still writes every file it was sent.
+    Same interface as :class:`TensorWriter`, which remains the fallback.
+    """
+
+    def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
+        from dumpers.torch_dump import writer_proc as proto
+
+        self._proto = proto
+        self.budget = budget
+        self.error: Optional[BaseException] = None
+        self.written = 0
+        self.dropped = 0
+        self._size = proto.CONTROL_BYTES + budget
+        self._lock = threading.Lock()
+        self._head = 0                          # bytes of the ring handed out so far (monotonic)
+        self._sent = 0                          # records sent
+        fd = os.memfd_create("msprobe-tensor-files", os.MFD_CLOEXEC)
+        read_end = write_end = -1
+        try:
+            os.ftruncate(fd, self._size)
+            self._arena = mmap.mmap(fd, self._size)
+            self._bytes = torch.frombuffer(self._arena, dtype=torch.uint8)
+            read_end, write_end = os.pipe()
+            self._proc = subprocess.Popen(
+                [sys.executable, "-S", proto.__file__, str(read_end), str(fd), str(self._size), oct(fmt.FILE_MODE)],
+                pass_fds=(read_end, fd), stdin=subprocess.DEVNULL, close_fds=True)
+        except BaseException:
+            if write_end >= 0:
+                os.close(write_end)
+            raise
+        finally:
+            os.close(fd)
+            if read_end >= 0:
+                os.close(read_end)
+        self._pipe: Optional[int] = write_end
+
+    # --- training thread -----------------------------------------------------------------------
+    def submit(self, path: str, tensor: Optional[torch.Tensor], link_to: Optional[str] = None,
+               buffer: Optional[torch.Tensor] = None) -> None:
+        """Queue ``tensor`` for ``path``, or a hard link of ``link_to`` (written before, in order)."""
+        if tensor is None:
+            if link_to is not None and self._usable():
+                self._send(self._proto.OP_LINK, 0, 0, 0, path, link_to)
+            return
+        self.submit_copy(path, tensor)
+
+    def submit_copy(self, path: str, tensor: torch.Tensor) -> None:
+        """Copy ``tensor``'s file bytes into the ring and queue them for ``path``."""
+        if not self._usable():
+            return
+        data = tensor.detach()
+        nbytes = data.numel() * data.element_size()
+        header = None
+        if data.layout == torch.strided and nbytes and type(data) is torch.Tensor:
+            header = legacy_header(data.dtype, data.shape)
+        if header is None:                      # torch.save's own bytes (a first sighting, unusual tensors)
+            blob = io.BytesIO()
+            torch.save(_private_cpu(data), blob, _use_new_zipfile_serialization=False)
+            header, nbytes = blob.getvalue(), 0
+        hlen = len(header)
+        shift = -hlen % 64                      # the data starts 64-byte aligned: viewable as its dtype
+        place = self._alloc(shift + hlen + nbytes)
+        if place is None:                       # larger than the whole ring: written from here
+            self._save_here(path, header, data if nbytes else None)
+            return
+        offset, span = place
+        start = offset + shift
+        self._arena[start:start + hlen] = header
+        if nbytes:
+            dst = self._bytes[start + hlen:start + hlen + nbytes].view(data.dtype).view(data.shape)
+            dst.copy_(data)
+        self._send(self._proto.OP_WRITE, start, hlen + nbytes, span, path, "")
+
+    def _usable(self) -> bool:
+        if self.error is None and self._pipe is not None and not self._control()[2]:
+            return True
+        self._check()
+        self.dropped += 1
+        return False
+
+    def _control(self) -> tuple:
+        return self._proto.CONTROL.unpack_from(self._arena, 0)
+
+    def _alloc(self, need: int) -> Optional[tuple]:
+        """(arena offset, span to release) for ``need`` bytes; waits while the ring is full."""
+        ring = self.budget
+        pad = (need + 63) // 64 * 64
+        if pad > ring:
+            return None
+        pos = self._head % ring
+        waste = ring - pos if pos + pad > ring else 0      # no record wraps around the end
+        span = waste + pad
+        while self._head + span - self._control()[0] > ring:
+            if self._proc.poll() is not None:
+                raise OSError(f"the tensor writer process exited (status {self._proc.returncode})")
+            time.sleep(0.0005)
+        offset = self._proto.CONTROL_BYTES + (self._head + waste) % ring
+        self._head += span
+        return offset, span
+
+    def _send(self, op: int, offset: int, nbytes: int, span: int, path: str, link: str) -> None:
+        p = path.encode("utf-8", "surrogateescape")
+        q = link.encode("utf-8", "surrogateescape")
+        record = memoryview(self._proto.RECORD.pack(op, offset, nbytes, span, len(p), len(q)) + p + q)
+        with self._lock:
+            try:
+                while record:
+                    record = record[os.write(self._pipe, record):]
+            except OSError as exc:              # the writer process is gone
+                self._fail(OSError(f"the tensor writer process is gone ({exc})"), path)
+                return
+            self._sent += 1
+
+    @staticmethod
+    def _save_here(path: str, header: bytes, data: Optional[torch.Tensor]) -> None:
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "wb") as fh:
+            fh.write(header)
+            if data is not None:
+                fh.write(_private_cpu(data).reshape(-1).view(torch.uint8).numpy().tobytes())
+        os.chmod(tmp, fmt.FILE_MODE)
+        os.replace(tmp, path)
+
+    # --- reporting and shutdown ----------------------------------------------------------------
+    def _fail(self, exc: BaseException, path: str) -> None:
+        if self.error is None:
+            self.error = exc
+            log.error("msprobe dump: cannot write tensor file %s (%s); further tensor files are skipped. "
+                      "Free disk space or choose another dump_path.", path, exc)
+
+    def _check(self) -> None:
+        """Take over the writer process's first error, if it reported one."""
+        if self.error is None and self._control()[2]:
+            raw = bytes(self._arena[self._proto.ERROR_AT:self._proto.CONTROL_BYTES]).split(b"\0", 1)[0]
+            text = raw.decode("utf-8", "replace")
+            self.error = OSError(text)
+            log.error("msprobe dump: %s; further tensor files are skipped. Free disk space or choose another "
+                      "dump_path.", text)
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every queued file is written; False if ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            done = self._control()[1]
+            if done >= self._sent or self._proc.poll() is not None:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        self.written = self._control()[1]
+        self._check()
+        return True
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        self.flush(timeout)
+        with self._lock:
+            if self._pipe is not None:
+                os.close(self._pipe)
+                self._pipe = None
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("msprobe dump: the tensor writer process is still writing; it finishes on its own")
+        self._bytes = None
+        try:
+            self._arena.close()
+        except BufferError:                     # a view is still referenced: the mapping goes with it
+            pass
+
+
+def _private_cpu(data: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of ``data`` that owns its storage (``torch.save`` writes a view's whole storage)."""
+    if data.layout == torch.strided:
+        return data.to("cpu", copy=True, memory_format=torch.contiguous_format)
+    return data.cpu().clone()
+
+
+def make_writer(budget: int = DEFAULT_BUDGET) -> Any:
+    """The tensor-file writer for a dump: a writer process where the platform allows (Linux:
+    ``memfd_create``), else the in-process :class:`TensorWriter`. ``MSPROBE_DUMP_WRITER=thread``
+    chooses the latter."""
+    if os.environ.get("MSPROBE_DUMP_WRITER", "").strip().lower() != "thread" and hasattr(os, "memfd_create"):
+        try:
+            return ProcessWriter(budget)
+        except (OSError, ValueError, RuntimeError) as exc:
+            log.warning("msprobe dump: no tensor writer process (%s); writing from a thread instead", exc)
+    return TensorWriter(budget)

@@ -1,0 +1,83 @@
+"""The tensor-file writer process: runs as a script (standard library only), fed by :class:`ProcessWriter`.
+
+The training process copies each file's bytes into a shared memory arena and sends one small record
+down a pipe; this process writes the files, so the training process spends no time (and takes no
+interpreter lock) on file system calls. Each file is written to a temporary name and renamed, so
+whoever reads the directory sees whole files or none. When the pipe closes (the training process
+finished, or died) every record already sent is still written before this process exits.
+
+Record (little endian): op (1 byte), arena offset, file size, arena span to release (8 bytes each),
+path length, link-source length (2 bytes each), then the two paths as UTF-8.
+
+The arena's first page is the control block this process updates: bytes released and records done
+(8 bytes each), an error flag, then the first error's text.
+
+    python writer_proc.py CONTROL_FD ARENA_FD ARENA_BYTES FILE_MODE
+"""
+import mmap
+import os
+import shutil
+import struct
+import sys
+
+RECORD = struct.Struct("<BQQQHH")
+OP_WRITE, OP_LINK = 1, 2
+CONTROL = struct.Struct("<QQQ")        # released bytes, records done, error flag
+CONTROL_BYTES = 4096
+ERROR_AT = 64
+
+
+def _write(view: memoryview, path: str, mode: int) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _link(source: str, path: str, mode: int) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        os.link(source, tmp)
+    except OSError:                    # file systems without hard links: copy the bytes
+        shutil.copyfile(source, tmp)
+        os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def serve(control_fd: int, arena_fd: int, size: int, mode: int) -> None:
+    arena = mmap.mmap(arena_fd, size)
+    view = memoryview(arena)
+    records = os.fdopen(control_fd, "rb", buffering=1 << 16)
+    released = done = 0
+    failed = False
+    while True:
+        head = records.read(RECORD.size)
+        if len(head) < RECORD.size:
+            break                      # the training process closed the pipe (or exited)
+        op, offset, nbytes, span, path_len, link_len = RECORD.unpack(head)
+        path = records.read(path_len).decode("utf-8", "surrogateescape")
+        link = records.read(link_len).decode("utf-8", "surrogateescape") if link_len else ""
+        if not failed:
+            try:
+                if op == OP_WRITE:
+                    _write(view[offset:offset + nbytes], path, mode)
+                elif op == OP_LINK:
+                    _link(link, path, mode)
+            except OSError as exc:     # full disk, permissions: reported once, later files skipped
+                failed = True
+                text = f"cannot write tensor file {path} ({exc})".encode("utf-8", "replace")
+                text = text[: CONTROL_BYTES - ERROR_AT - 1]
+                arena[ERROR_AT:ERROR_AT + len(text) + 1] = text + b"\0"
+        released += span
+        done += 1
+        CONTROL.pack_into(arena, 0, released, done, 1 if failed else 0)
+    view.release()
+    arena.close()
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4], 8))
