@@ -504,3 +504,21 @@ def test_process_writer_finishes_the_files_of_a_killed_training_process(tmp_path
         time.sleep(0.05)
     for i in range(30):
         assert torch.equal(torch.load(tmp_path / f"t{i}.pt", weights_only=True), torch.full((50_000,), float(i)))
+
+
+def test_process_writer_in_a_forked_child_writes_nothing_and_keeps_the_pipe_closable(tmp_path):
+    """A fork (DataLoader workers) must not write into the parent's ring or hold its pipe open."""
+    from dumpers.torch_dump.writer import ProcessWriter
+    writer = ProcessWriter()
+    pid = os.fork()
+    if pid == 0:                                          # the child: its copy is switched off
+        code = 0 if writer._pipe is None and writer.error is not None else 1
+        writer.submit_copy(str(tmp_path / "child.pt"), torch.randn(10))
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    writer.submit_copy(str(tmp_path / "parent.pt"), torch.ones(10))
+    writer.close(timeout=30)
+    assert writer._proc.returncode == 0 and writer.error is None
+    assert torch.equal(torch.load(tmp_path / "parent.pt", weights_only=True), torch.ones(10))
+    assert not (tmp_path / "child.pt").exists()

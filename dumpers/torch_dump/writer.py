@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from typing import Any, Optional
 
@@ -298,6 +299,19 @@ class ProcessWriter:
             if read_end >= 0:
                 os.close(read_end)
         self._pipe: Optional[int] = write_end
+        self._pid = os.getpid()
+        _live.add(self)
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child (a DataLoader worker): drop the inherited pipe end, so the writer process
+        still sees the pipe close when the training process ends, and never write into the ring."""
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            try:
+                os.close(pipe)
+            except OSError:
+                pass
+        self.error = OSError("a forked process does not write the parent's tensor files")
 
     # --- training thread -----------------------------------------------------------------------
     def submit(self, path: str, tensor: Optional[torch.Tensor], link_to: Optional[str] = None,
@@ -431,6 +445,18 @@ class ProcessWriter:
             self._arena.close()
         except BufferError:                     # a view is still referenced: the mapping goes with it
             pass
+
+
+_live: "weakref.WeakSet[ProcessWriter]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for writer in list(_live):
+        writer._forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _private_cpu(data: torch.Tensor) -> torch.Tensor:
