@@ -156,12 +156,16 @@ def crc32_hex(t: torch.Tensor) -> str:
     return f"{zlib.crc32(raw) & 0xFFFFFFFF:08x}"
 
 
+FINITE: dict = {}    # a StatCache entry's "extra keys" when its four statistics are finite floats (none extra)
+
+
 class StatCache:
     """Summaries of tensors already seen, keyed by identity and version counter.
 
     The output of one call is usually the input of the next; a hit skips the reductions. An entry is
     valid only while the very same tensor object is alive and has not been written to since. An entry
-    holds the four statistics and a dict of the extra keys (``md5``, ``*_except_inf_nan``) or None.
+    holds the four statistics and a dict of the extra keys (``md5``, ``*_except_inf_nan``), None, or
+    :data:`FINITE` (no extra keys, and the four are finite floats: they render without checks).
     """
 
     def __init__(self, limit: int = 8192) -> None:
@@ -235,7 +239,7 @@ class StatBatch:
                 mx, mn, mean, norm, extra = hit[2]
                 item = {"type": _TENSOR, "dtype": info[0], "shape": list(t.shape), "Max": mx, "Min": mn,
                         "Mean": mean, "Norm": norm, "requires_grad": requires_grad}
-                if extra:
+                if extra and extra is not FINITE:
                     item.update(extra)
                 return item
         item = {"type": _TENSOR, "dtype": info[0], "shape": list(t.shape), "Max": None, "Min": None, "Mean": None,
@@ -288,7 +292,11 @@ class StatBatch:
             hit = cache._entries.get(id(t))
             if hit is not None and hit[1] == version and hit[0]() is t:
                 mx, mn, mean, norm, extra = hit[2]
-                if extra is None:
+                if extra is FINITE:      # four finite floats (the one-pass kernel's): the short renderer
+                    text = fmt.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
+                    if text is not None:
+                        return text
+                elif extra is None:
                     text = fmt.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
                     if text is not None:
                         return text
@@ -305,7 +313,7 @@ class StatBatch:
             if version is not None:     # (a twin's data is read only for non-finite values or md5)
                 self.twins[id(t)] = (t, version, t, values)
                 if cacheable and cache is not None:
-                    cache.put_numbers(t, version, (mx, mn, mean, norm, None))
+                    cache.put_numbers(t, version, (mx, mn, mean, norm, FINITE))
             text = fmt.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
             return text if text is not None else self._text_of(t, cacheable, level)
         data = t.detach() if requires_grad else t
