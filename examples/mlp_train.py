@@ -52,6 +52,8 @@ def train(dump_path=None, task="statistics", level="L1", steps=2, dtype=torch.fl
             debugger.stop()
             debugger.step()
         losses.append(loss.item())
+    if debugger is not None:
+        debugger.flush()        # tensor files are written in the background: wait for them before reading
     return losses
 
 

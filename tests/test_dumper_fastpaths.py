@@ -123,6 +123,7 @@ def test_addcmul_with_one_tensor_twice_dumps_equal_items_and_linked_files(tmp_pa
     dbg.start()
     acc.addcmul_(g, g, value=0.5)
     dbg.stop()
+    dbg.flush()                       # stop() does not wait for the background writer
     rank = tmp_path / "step0" / "rank"
     data = json.loads((rank / "dump.json").read_text())["data"]
     args = data["Tensor.addcmul_.0.forward"]["input_args"]
@@ -323,6 +324,7 @@ def test_plain_calls_dump_exactly_what_the_general_path_dumps(tmp_path, kind, le
             dbg.start()
             step()
             dbg.stop()
+            dbg.flush()
         finally:
             session_mod.forward_text = orig
         rank = tmp_path / str(plain) / "step0" / "rank"

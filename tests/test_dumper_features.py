@@ -37,6 +37,7 @@ def dump_once(tmp_path, fn, **kwargs):
     dbg.start()
     result = fn()
     dbg.stop()
+    dbg.flush()
     return load(tmp_path)["data"], result
 
 

@@ -174,8 +174,6 @@ class DumpSession:
         """stop(): dump.json, stack.json, construct.json in full (atomic), journal removed."""
         if self.dir is None:
             return
-        if self.writer is not None:
-            self.writer.flush()
         stack = {str(sid): [keys, lines] for sid, keys, lines in self.stack_groups.values() if keys}
         try:
             _write_text_atomic(os.path.join(self.dir, fmt.DUMP_JSON), dump_json_text(self._header(), self.texts))
