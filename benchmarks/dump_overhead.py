@@ -7,7 +7,7 @@ affects both alike; the ratio is the median of the per-round ratios. The dumped 
 start(), stop() (dump.json, stack.json, construct.json written) and step().
 
 Last figures (shared 2-vCPU virtual machine, bare step 150-210 ms; docs/dump.md has the split):
-L1 statistics 1.37-1.45x wall (1.50 once, in a slow phase; CPU the same); L1 tensor 2.1-2.3x on a
+L1 statistics 1.37-1.45x wall (1.50 once, in a slow phase; CPU the same); L1 tensor 2.1-2.8x on a
 quiet disk, up to 3.3x while the page cache is still writing out earlier gigabytes; mix statistics
 1.60-1.68x. The first version measured 2.03x, 5.2x and 2.4x. Targets: statistics <= 1.5x, tensor <= 3x.
 The CPU column adds the tensor writer process's CPU time to this process's.

@@ -524,3 +524,18 @@ def test_process_writer_in_a_forked_child_writes_nothing_and_keeps_the_pipe_clos
     assert writer._proc.returncode == 0 and writer.error is None
     assert torch.equal(torch.load(tmp_path / "parent.pt", weights_only=True), torch.ones(10))
     assert not (tmp_path / "child.pt").exists()
+
+
+def test_process_writer_whose_process_died_reports_it_and_training_goes_on(tmp_path, caplog):
+    from dumpers.torch_dump.writer import ProcessWriter
+    writer = ProcessWriter(budget=1 << 20)
+    writer.submit_copy(str(tmp_path / "a.pt"), torch.randn(1000))
+    assert writer.flush(timeout=30)
+    writer._proc.kill()
+    writer._proc.wait()
+    for i in range(8):                       # more than the ring holds: nothing waits forever, nothing raises
+        writer.submit_copy(str(tmp_path / f"b{i}.pt"), torch.randn(70_000))
+    assert writer.flush(timeout=30)
+    writer.close(timeout=30)
+    assert isinstance(writer.error, OSError) and writer.dropped >= 1
+    assert (tmp_path / "a.pt").exists() and "further tensor files are skipped" in caplog.text

@@ -338,7 +338,12 @@ class ProcessWriter:
             header, nbytes = blob.getvalue(), 0
         hlen = len(header)
         shift = -hlen % 64                      # the data starts 64-byte aligned: viewable as its dtype
-        place = self._alloc(shift + hlen + nbytes)
+        try:
+            place = self._alloc(shift + hlen + nbytes)
+        except OSError as exc:                  # the writer process is gone
+            self._fail(exc, path)
+            self.dropped += 1
+            return
         if place is None:                       # larger than the whole ring: written from here
             self._save_here(path, header, data if nbytes else None)
             return
