@@ -539,3 +539,7 @@ def test_process_writer_whose_process_died_reports_it_and_training_goes_on(tmp_p
     writer.close(timeout=30)
     assert isinstance(writer.error, OSError) and writer.dropped >= 1
     assert (tmp_path / "a.pt").exists() and "further tensor files are skipped" in caplog.text
+    dropped = writer.dropped
+    writer.submit_copy(str(tmp_path / "late.pt"), torch.randn(10))     # after close(): dropped, no error
+    assert writer.flush() and writer.dropped == dropped + 1
+    writer.close()

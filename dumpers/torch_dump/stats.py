@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from math import isfinite as _isfinite
+import types
 import weakref
 import zlib
 from typing import Optional
@@ -156,7 +157,7 @@ def crc32_hex(t: torch.Tensor) -> str:
     return f"{zlib.crc32(raw) & 0xFFFFFFFF:08x}"
 
 
-FINITE: dict = {}    # a StatCache entry's "extra keys" when its four statistics are finite floats (none extra)
+FINITE = types.MappingProxyType({})   # a StatCache entry's "extra keys" when its four statistics are finite floats
 
 
 class StatCache:

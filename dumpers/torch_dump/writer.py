@@ -277,7 +277,7 @@ class ProcessWriter:
         self.written = 0
         self.dropped = 0
         self._size = proto.CONTROL_BYTES + budget
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._head = 0                          # bytes of the ring handed out so far (monotonic)
         self._sent = 0                          # records sent
         fd = os.memfd_create("msprobe-tensor-files", os.MFD_CLOEXEC)
@@ -299,7 +299,6 @@ class ProcessWriter:
             if read_end >= 0:
                 os.close(read_end)
         self._pipe: Optional[int] = write_end
-        self._pid = os.getpid()
         _live.add(self)
 
     def _forget_after_fork(self) -> None:
@@ -319,7 +318,8 @@ class ProcessWriter:
         """Queue ``tensor`` for ``path``, or a hard link of ``link_to`` (written before, in order)."""
         if tensor is None:
             if link_to is not None and self._usable():
-                self._send(self._proto.OP_LINK, 0, 0, 0, path, link_to)
+                with self._lock:
+                    self._send(self._proto.OP_LINK, 0, 0, 0, path, link_to)
             return
         self.submit_copy(path, tensor)
 
@@ -338,28 +338,32 @@ class ProcessWriter:
             header, nbytes = blob.getvalue(), 0
         hlen = len(header)
         shift = -hlen % 64                      # the data starts 64-byte aligned: viewable as its dtype
-        try:
-            place = self._alloc(shift + hlen + nbytes)
-        except OSError as exc:                  # the writer process is gone
-            self._fail(exc, path)
-            self.dropped += 1
-            return
-        if place is None:                       # larger than the whole ring: written from here
-            self._save_here(path, header, data if nbytes else None)
-            return
-        offset, span = place
-        start = offset + shift
-        self._arena[start:start + hlen] = header
-        if nbytes:
-            dst = self._bytes[start + hlen:start + hlen + nbytes].view(data.dtype).view(data.shape)
-            dst.copy_(data)
-        self._send(self._proto.OP_WRITE, start, hlen + nbytes, span, path, "")
+        # one producer at a time (backward hooks may run on other threads): the writer process
+        # releases ring space in the order of the records, so records go out in the order of the ring
+        with self._lock:
+            try:
+                place = self._alloc(shift + hlen + nbytes)
+            except OSError as exc:              # the writer process is gone
+                self._fail(exc, path)
+                self.dropped += 1
+                return
+            if place is None:                   # larger than the whole ring: written from here
+                self._save_here(path, header, data if nbytes else None)
+                return
+            offset, span = place
+            start = offset + shift
+            self._arena[start:start + hlen] = header
+            if nbytes:
+                dst = self._bytes[start + hlen:start + hlen + nbytes].view(data.dtype).view(data.shape)
+                dst.copy_(data)
+            self._send(self._proto.OP_WRITE, start, hlen + nbytes, span, path, "")
 
     def _usable(self) -> bool:
-        if self.error is None and self._pipe is not None and not self._control()[2]:
-            return True
-        self._check()
-        self.dropped += 1
+        if self._pipe is not None:
+            if self.error is None and not self._control()[2]:
+                return True
+            self._check()
+        self.dropped += 1                       # after an error, after close(), in a forked child
         return False
 
     def _control(self) -> tuple:
@@ -386,14 +390,13 @@ class ProcessWriter:
         p = path.encode("utf-8", "surrogateescape")
         q = link.encode("utf-8", "surrogateescape")
         record = memoryview(self._proto.RECORD.pack(op, offset, nbytes, span, len(p), len(q)) + p + q)
-        with self._lock:
-            try:
-                while record:
-                    record = record[os.write(self._pipe, record):]
-            except OSError as exc:              # the writer process is gone
-                self._fail(OSError(f"the tensor writer process is gone ({exc})"), path)
-                return
-            self._sent += 1
+        try:
+            while record:
+                record = record[os.write(self._pipe, record):]
+        except OSError as exc:                  # the writer process is gone
+            self._fail(OSError(f"the tensor writer process is gone ({exc})"), path)
+            return
+        self._sent += 1
 
     @staticmethod
     def _save_here(path: str, header: bytes, data: Optional[torch.Tensor]) -> None:
@@ -423,6 +426,8 @@ class ProcessWriter:
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Wait until every queued file is written; False if ``timeout`` passed first."""
+        if self._bytes is None:                 # closed: everything was waited for then
+            return True
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             done = self._control()[1]
@@ -436,6 +441,8 @@ class ProcessWriter:
         return True
 
     def close(self, timeout: Optional[float] = None) -> None:
+        if self._bytes is None:
+            return
         self.flush(timeout)
         with self._lock:
             if self._pipe is not None:
