@@ -30,6 +30,7 @@ from typing import Any, Optional
 import torch
 
 from dumpers import format as fmt
+from dumpers.torch_dump import writer_proc
 
 log = logging.getLogger("pytest_msprobe.dump")
 
@@ -230,15 +231,7 @@ class TensorWriter:
 
     @staticmethod
     def _link(source: str, path: str) -> None:
-        tmp = f"{path}.tmp{os.getpid()}"
-        try:
-            os.link(source, tmp)
-        except OSError:               # file systems without hard links: copy the bytes
-            import shutil
-
-            shutil.copyfile(source, tmp)
-            os.chmod(tmp, fmt.FILE_MODE)
-        os.replace(tmp, path)
+        writer_proc.link(source, path, fmt.FILE_MODE)
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Wait until every queued tensor is on disk; False if ``timeout`` passed first."""
@@ -269,9 +262,7 @@ class ProcessWriter:
     """
 
     def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
-        from dumpers.torch_dump import writer_proc as proto
-
-        self._proto = proto
+        proto = self._proto = writer_proc
         self.budget = budget
         self.error: Optional[BaseException] = None
         self.written = 0
@@ -348,7 +339,10 @@ class ProcessWriter:
                 self.dropped += 1
                 return
             if place is None:                   # larger than the whole ring: written from here
-                self._save_here(path, header, data if nbytes else None)
+                if nbytes:
+                    TensorWriter._save(path, _private_cpu(data))
+                else:
+                    writer_proc.write(memoryview(header), path, fmt.FILE_MODE)
                 return
             offset, span = place
             start = offset + shift
@@ -397,16 +391,6 @@ class ProcessWriter:
             self._fail(OSError(f"the tensor writer process is gone ({exc})"), path)
             return
         self._sent += 1
-
-    @staticmethod
-    def _save_here(path: str, header: bytes, data: Optional[torch.Tensor]) -> None:
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "wb") as fh:
-            fh.write(header)
-            if data is not None:
-                fh.write(_private_cpu(data).reshape(-1).view(torch.uint8).numpy().tobytes())
-        os.chmod(tmp, fmt.FILE_MODE)
-        os.replace(tmp, path)
 
     # --- reporting and shutdown ----------------------------------------------------------------
     def _fail(self, exc: BaseException, path: str) -> None:

@@ -27,7 +27,8 @@ CONTROL_BYTES = 4096
 ERROR_AT = 64
 
 
-def _write(view: memoryview, path: str, mode: int) -> None:
+def write(view: memoryview, path: str, mode: int) -> None:
+    """``view``'s bytes as the file ``path``: a temporary name, then a rename."""
     tmp = f"{path}.tmp{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
@@ -38,7 +39,8 @@ def _write(view: memoryview, path: str, mode: int) -> None:
     os.replace(tmp, path)
 
 
-def _link(source: str, path: str, mode: int) -> None:
+def link(source: str, path: str, mode: int) -> None:
+    """``path`` as a hard link of ``source`` (a copy where the file system has no hard links)."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         os.link(source, tmp)
@@ -60,13 +62,13 @@ def serve(control_fd: int, arena_fd: int, size: int, mode: int) -> None:
             break                      # the training process closed the pipe (or exited)
         op, offset, nbytes, span, path_len, link_len = RECORD.unpack(head)
         path = records.read(path_len).decode("utf-8", "surrogateescape")
-        link = records.read(link_len).decode("utf-8", "surrogateescape") if link_len else ""
+        link_path = records.read(link_len).decode("utf-8", "surrogateescape") if link_len else ""
         if not failed:
             try:
                 if op == OP_WRITE:
-                    _write(view[offset:offset + nbytes], path, mode)
+                    write(view[offset:offset + nbytes], path, mode)
                 elif op == OP_LINK:
-                    _link(link, path, mode)
+                    link(link_path, path, mode)
             except OSError as exc:     # full disk, permissions: reported once, later files skipped
                 failed = True
                 text = f"cannot write tensor file {path} ({exc})".encode("utf-8", "replace")
