@@ -1,0 +1,316 @@
+"""Speed on a real workload: a mid-size Hugging Face Llama step, dumped and checked (prints figures; asserts nothing).
+
+The model is ``transformers``' LlamaForCausalLM built from a config with random weights (seeded; nothing is
+downloaded): hidden 768, 2 layers, 12 heads with 4 key/value heads (GQA), intermediate 2048, vocab 4096,
+sequence 256, batch 1, bfloat16, AdamW, one CPU thread. Printed:
+
+* dumper: the bare first and steady step; the first dumped step (in a fresh process, so compiled kernels,
+  caches and lazy imports are paid as a user who dumps one step pays them) and the steady dumped step, for the
+  L1 statistics and L1 tensor tasks; the bytes the statistics reduce per step and the rate, beside this
+  machine's measured memory read bandwidth (the floor of any one-pass reduction);
+* checker, on the bf16 tensor dump of one step: ``import torch`` alone, time to the first item report, the whole
+  run end to end with one worker and with ``-n 2``, and peak RSS;
+* collection of a synthetic statistics dump.json of about 200 MB (119 k API calls): wall time and peak RSS of
+  ``pytest --collect-only``.
+
+Targets (2 cores): check <= 5.0 s with one worker, ``-n 2`` <= 0.85x of that, first item <= ``import torch`` +
+0.5 s; statistics dump <= 1.6x steady and <= 2.0x first step; tensor dump <= 3x steady; 200 MB dump.json
+collected in < 10 s and < 1 GB.
+
+    python benchmarks/real_workload.py [--workdir DIR] [--steps 6] [--skip-huge]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+MODEL_CODE = '''
+import os, sys, time, json
+t_import = time.perf_counter()
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.set_num_threads(1)
+
+
+def build():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=768, intermediate_size=2048, num_hidden_layers=2, num_attention_heads=12,
+                      num_key_value_heads=4, vocab_size=4096, max_position_embeddings=512,
+                      attn_implementation="sdpa")
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, cfg.vocab_size, (1, 256), generator=g)
+    return model, opt, ids
+
+
+def step(model, opt, ids, dbg=None):
+    t0 = time.perf_counter()
+    if dbg is not None:
+        dbg.start(model)
+    out = model(input_ids=ids, labels=ids)
+    out.loss.backward()
+    opt.step()
+    opt.zero_grad()
+    if dbg is not None:
+        dbg.stop()
+        dbg.step()
+    return time.perf_counter() - t0
+'''
+
+FIRST_STEP = MODEL_CODE + '''
+mode, dump_path = sys.argv[1], sys.argv[2]
+model, opt, ids = build()
+dbg = None
+if mode != "bare":
+    from pytest_msprobe import PrecisionDebugger
+    dbg = PrecisionDebugger(task=mode, dump_path=dump_path, level="L1")
+first = step(model, opt, ids, dbg)
+if dbg is not None:
+    dbg.flush()
+print(json.dumps({"first": first}))
+'''
+
+STEADY = MODEL_CODE + '''
+task, dump_path, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+from pytest_msprobe import PrecisionDebugger
+bare = build()
+dumped = build()
+dbg = PrecisionDebugger(task=task, dump_path=dump_path, level="L1")
+for _ in range(2):                     # warm-up: both models, first steps not counted
+    step(*bare)
+    step(*dumped, dbg=dbg)
+rows = []
+for _ in range(steps):
+    rows.append((step(*bare), step(*dumped, dbg=dbg)))
+dbg.flush()
+print(json.dumps({"bare": [b for b, _ in rows], "dumped": [d for _, d in rows]}))
+'''
+
+ONE_DUMP = MODEL_CODE + '''
+task, dump_path = sys.argv[1], sys.argv[2]
+from pytest_msprobe import PrecisionDebugger
+model, opt, ids = build()
+dbg = PrecisionDebugger(task=task, dump_path=dump_path, level="L1")
+step(model, opt, ids, dbg)
+dbg.flush()
+'''
+
+TIMING_CONFTEST = '''
+import os, time
+
+
+def pytest_runtest_logreport(report):
+    path = os.environ.get("MSPROBE_BENCH_TIMES")
+    if path and report.when == "call" and not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open(path, "a") as fh:
+            fh.write(f"{time.time()}\\n")
+'''
+
+RSS_WRAPPER = '''
+import resource, subprocess, sys, time
+t0 = time.time()
+rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+print(t0, time.time() - t0, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, rc)
+'''
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    return env
+
+
+def _python(code: str, *args: str) -> str:
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=_env())
+    if res.returncode != 0:
+        raise RuntimeError(f"benchmark child failed:\n{res.stderr[-3000:]}")
+    return res.stdout.strip().splitlines()[-1]
+
+
+def memory_bandwidth_gbs() -> float:
+    """Read bandwidth of this machine (GB/s): best of a few sums over a 512 MB float32 array."""
+    import numpy as np
+    a = np.ones(128 * 1024 * 1024, dtype=np.float32)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a.sum(dtype=np.float32)
+        best = min(best, time.perf_counter() - t0)
+    return a.nbytes / best / 1e9
+
+
+def import_torch_s() -> float:
+    code = "import time; t0 = time.perf_counter(); import torch; print(time.perf_counter() - t0)"
+    return min(float(_python(code)) for _ in range(3))
+
+
+def dumper_figures(workdir: str, steps: int) -> None:
+    print("dumper (L1, one thread):")
+    bare_first = min(json.loads(_python(FIRST_STEP, "bare", ""))["first"] for _ in range(2))
+    for task in ("statistics", "tensor"):
+        path = os.path.join(workdir, f"first_{task}")
+        shutil.rmtree(path, ignore_errors=True)
+        first = json.loads(_python(FIRST_STEP, task, path))["first"]
+        shutil.rmtree(path, ignore_errors=True)
+        if hasattr(os, "sync"):
+            os.sync()
+        path = os.path.join(workdir, f"steady_{task}")
+        r = json.loads(_python(STEADY, task, path, str(steps)))
+        ratio = statistics.median(d / b for b, d in zip(r["bare"], r["dumped"]))
+        bare = statistics.median(r["bare"])
+        line = (f"  {task:<10}: bare first {bare_first * 1e3:7.0f} ms, dumped first {first * 1e3:7.0f} ms "
+                f"({first / bare_first:.2f}x); bare steady {bare * 1e3:6.0f} ms, dumped steady "
+                f"{statistics.median(r['dumped']) * 1e3:6.0f} ms ({ratio:.2f}x)")
+        print(line)
+        if task == "statistics":
+            reduced = _reduced_bytes(os.path.join(path, "step0", "rank", "dump.json"))
+            extra = statistics.median(r["dumped"]) - bare
+            rate = reduced / extra / 1e9 if extra > 0 else float("inf")
+            print(f"  statistics reduce {reduced / 1e6:.0f} MB per step: {rate:.2f} GB/s of dumper time, "
+                  f"memory read bandwidth {memory_bandwidth_gbs():.1f} GB/s (the floor)")
+        shutil.rmtree(path, ignore_errors=True)
+
+
+_ITEMSIZE = {"torch.float32": 4, "torch.float16": 2, "torch.bfloat16": 2, "torch.float64": 8, "torch.int64": 8,
+             "torch.int32": 4, "torch.bool": 1, "torch.uint8": 1, "torch.int8": 1}
+
+
+def _reduced_bytes(dump_json: str) -> int:
+    """Bytes of every tensor summarised in one step's dump.json."""
+    with open(dump_json) as fh:
+        data = json.load(fh)["data"]
+    total = 0
+
+    def walk(obj):
+        nonlocal total
+        if isinstance(obj, dict):
+            if obj.get("type") == "torch.Tensor" and isinstance(obj.get("shape"), list):
+                n = 1
+                for s in obj["shape"]:
+                    n *= int(s)
+                total += n * _ITEMSIZE.get(obj.get("dtype"), 4)
+                return
+            for v in obj.values():
+                walk(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                walk(v)
+    walk(data)
+    return total
+
+
+def _pytest(workdir: str, dump_json: str, extra: list, tag: str) -> dict:
+    times = os.path.join(workdir, f"times_{tag}.txt")
+    if os.path.exists(times):
+        os.remove(times)
+    out = os.path.join(workdir, f"out_{tag}")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    cmd = [sys.executable, "-c", RSS_WRAPPER, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           "-p", "no:randomly", f"--msprobe-api-info={dump_json}", "--msprobe-out", out, *extra]
+    env = dict(_env(), MSPROBE_BENCH_TIMES=times)
+    res = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, check=True)
+    t0, wall, rss_kib, rc = res.stdout.split()
+    first = None
+    if os.path.exists(times):
+        with open(times) as fh:
+            stamps = [float(x) for x in fh if x.strip()]
+        first = min(stamps) - float(t0) if stamps else None
+    return {"wall": float(wall), "rss_mib": int(rss_kib) / 1024, "first": first, "rc": int(rc)}
+
+
+def checker_figures(workdir: str, torch_s: float) -> None:
+    path = os.path.join(workdir, "tensor_dump")
+    shutil.rmtree(path, ignore_errors=True)
+    _python(ONE_DUMP, "tensor", path)
+    dump_json = os.path.join(path, "step0", "rank", "dump.json")
+    with open(dump_json) as fh:
+        entries = len(json.load(fh)["data"])
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+    with open(os.path.join(workdir, "conftest.py"), "w") as fh:
+        fh.write(TIMING_CONFTEST)
+    with open(os.path.join(workdir, "pytest.ini"), "w") as fh:
+        fh.write("[pytest]\n")
+    print(f"checker, bf16 tensor dump of one step ({entries} entries, {size / 1e6:.0f} MB):")
+    one = min((_pytest(workdir, dump_json, [], "n1") for _ in range(2)), key=lambda r: r["wall"])
+    two = min((_pytest(workdir, dump_json, ["-n", "2"], "n2") for _ in range(2)), key=lambda r: r["wall"])
+    print(f"  import torch {torch_s:.2f} s; first item after {one['first']:.2f} s "
+          f"(target <= {torch_s + 0.5:.2f} s)")
+    print(f"  one worker {one['wall']:.2f} s end to end (target <= 5.0 s), peak RSS {one['rss_mib']:.0f} MiB")
+    print(f"  -n 2       {two['wall']:.2f} s end to end ({two['wall'] / one['wall']:.2f}x of one worker, "
+          f"target <= 0.85x), peak RSS of the controller {two['rss_mib']:.0f} MiB")
+
+
+def huge_figures(workdir: str, calls: int = 119_000) -> None:
+    path = os.path.join(workdir, "huge", "step0", "rank")
+    os.makedirs(path, exist_ok=True)
+    dump_json = os.path.join(path, "dump.json")
+    apis = ["Functional.linear", "Tensor.add", "Torch.matmul", "Functional.gelu", "Tensor.__mul__"]
+
+    def tensor(shape):
+        return {"type": "torch.Tensor", "dtype": "torch.bfloat16", "shape": shape, "Max": 3.140625,
+                "Min": -3.125, "Mean": 0.0012345678, "Norm": 123.456789, "requires_grad": True}
+
+    with open(dump_json, "w") as fh:
+        fh.write('{\n "task": "statistics",\n "level": "L1",\n "framework": "pytorch",\n'
+                 ' "dump_data_dir": null,\n "data": {\n')
+        for i in range(calls):
+            api = apis[i % len(apis)]
+            fwd = {"input_args": [tensor([4, 256, 768]), tensor([768, 768])], "input_kwargs": {},
+                   "output": [tensor([4, 256, 768])]}
+            bwd = {"input": [tensor([4, 256, 768])], "output": [tensor([4, 256, 768]), tensor([768, 768])]}
+            sep = "," if i + 1 < calls else ""
+            fh.write(f'  "{api}.{i}.forward": {json.dumps(fwd, indent=1)},\n'
+                     f'  "{api}.{i}.backward": {json.dumps(bwd, indent=1)}{sep}\n')
+        fh.write(" }\n}\n")
+    size = os.path.getsize(dump_json)
+    cmd = [sys.executable, "-c", RSS_WRAPPER, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           "--collect-only", f"--msprobe-api-info={dump_json}"]
+    res = subprocess.run(cmd, cwd=workdir, env=_env(), capture_output=True, text=True, check=True)
+    _, wall, rss_kib, rc = res.stdout.split()
+    print(f"collection of a {size / 1e6:.0f} MB dump.json ({calls} calls): {float(wall):.1f} s, "
+          f"peak RSS {int(rss_kib) / 1024:.0f} MiB (target < 10 s, < 1 GB; exit status {rc})")
+    shutil.rmtree(os.path.join(workdir, "huge"), ignore_errors=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workdir", default=None, help="scratch directory (default: a temporary one, removed)")
+    ap.add_argument("--steps", type=int, default=6, help="measured steady steps (after 2 warm-up steps)")
+    ap.add_argument("--skip-dumper", action="store_true")
+    ap.add_argument("--skip-checker", action="store_true")
+    ap.add_argument("--skip-huge", action="store_true")
+    args = ap.parse_args(argv)
+    workdir = args.workdir or tempfile.mkdtemp(prefix="msprobe-real-")
+    os.makedirs(workdir, exist_ok=True)
+    print("Llama 2 x (hidden 768, 12 heads / 4 kv heads, ff 2048), vocab 4096, seq 256, bf16, AdamW, 1 thread")
+    try:
+        torch_s = import_torch_s()
+        if not args.skip_dumper:
+            dumper_figures(workdir, args.steps)
+        if not args.skip_checker:
+            checker_figures(workdir, torch_s)
+        if not args.skip_huge:
+            huge_figures(workdir)
+        print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
