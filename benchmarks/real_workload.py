@@ -137,7 +137,8 @@ def _python(code: str, *args: str) -> str:
     res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=_env())
     if res.returncode != 0:
         raise RuntimeError(f"benchmark child failed:\n{res.stderr[-3000:]}")
-    return res.stdout.strip().splitlines()[-1]
+    lines = res.stdout.strip().splitlines()
+    return lines[-1] if lines else ""
 
 
 def memory_bandwidth_gbs() -> float:
