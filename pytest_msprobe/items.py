@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from .precision.verdict import FAILED, SKIPPED, is_bad_row, item_outcome
 from .runner import CaseResult
 
 PROPERTY = "msprobe"     # key of the per-API payload in report.user_properties
@@ -77,13 +78,13 @@ class ApiItem(pytest.Item):
         verdict = gpu.judge(self.name, rows)
         if verdict is None:
             pytest.skip(f"NPU-vs-GPU compare: {self.name} has no rows in {sess.settings.gpu_csv}")
-        bad = {"error", "warning"} if sess.settings.fail_on == "warning" else {"error"}
-        statuses = [str(s or "").strip().lower() for s in (verdict.forward, verdict.backward)]
-        if any(s in bad for s in statuses):
+        outcome = item_outcome(result.forward, result.backward, fail_on=sess.settings.fail_on,
+                               reference=(verdict.forward, verdict.backward))
+        if outcome == FAILED:
             raise ApiFailure(f"NPU-vs-GPU compare: forward {verdict.forward}, backward {verdict.backward or '-'}"
                              f"{(': ' + verdict.message.strip()) if verdict.message.strip() else ''}\n"
                              f"device vs bench: {describe(result, seed_note)}")
-        if all(s == "skip" for s in statuses if s):
+        if outcome == SKIPPED:
             pytest.skip(f"NPU-vs-GPU compare: SKIP {verdict.message.strip()}")
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
@@ -100,7 +101,7 @@ def describe(result: CaseResult, seed_note: str = "") -> str:
     lines = [f"{result.name}: forward {result.forward}, backward {result.backward or '-'}{seed_note}"]
     for row in result.details:
         status = str(row.status)
-        if status.lower() in ("error", "warning"):
+        if is_bad_row(status):
             from .runner import _reason
             lines.append(f"  {row.name}: {status}: {_reason(row)}")
     if result.summary and result.data_mode == "random_data" and result.summary not in result.note:

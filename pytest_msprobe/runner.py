@@ -13,6 +13,10 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .precision import verdict
+from .precision.fields import reason_metrics
+from .settings import DEFAULT_FAIL_ON, DEFAULT_SEED, DEFAULT_STANDARD
+
 REAL_DATA = "real_data"
 RANDOM_DATA = "random_data"
 OUT_KWARG_MESSAGE = "function with out=... arguments don't support automatic differentiation, skip backward."
@@ -28,13 +32,13 @@ def item_seed(name: str, seed: int) -> int:
 class RunOptions:
     """What the plugin's options decide for every case."""
 
-    standard: str = "1.0.4"
+    standard: str = DEFAULT_STANDARD
     random: bool = False
-    seed: int = 1234
+    seed: int = DEFAULT_SEED
     max_bytes: int | None = None
     edge_values: bool = False
     examples: int = 1
-    fail_on: str = "error"
+    fail_on: str = DEFAULT_FAIL_ON
     error_data_dir: str | None = None       # save inputs/outputs of failing APIs here when set
     reproduce: str = ""                     # command template with {name}, shown for failing examples
 
@@ -53,21 +57,20 @@ class CaseResult:
     summary: str = ""                        # inputs summary (random data)
     note: str = ""                           # extra text for the pytest report (shrunk example, ...)
 
-    def failing(self, fail_on: str = "error") -> bool:
-        bad = {"error", "warning"} if fail_on == "warning" else {"error"}
-        return (self.forward or "").lower() in bad or (self.backward or "").lower() in bad
+    def failing(self, fail_on: str = DEFAULT_FAIL_ON) -> bool:
+        return verdict.is_failing(self.forward, self.backward, fail_on=fail_on)
 
     @property
     def skipped(self) -> bool:
-        return self.forward == "SKIP"
+        return verdict.item_outcome(self.forward, self.backward) == verdict.SKIPPED
 
     def worst(self) -> tuple:
         """(row name, reason) of the first error row, else the first warning row, else ('', '')."""
-        for level in ("error", "warning"):
+        for level in (verdict.ERROR_KEY, verdict.WARNING_KEY):
             for row in self.details:
-                if str(row.status).lower() == level:
+                if verdict.norm(row.status) == level:
                     return row.name, _reason(row)
-        if self.failing("warning"):
+        if self.failing(verdict.WARNING):
             return self.name, (self.message or "").strip()
         return "", ""
 
@@ -78,15 +81,8 @@ class CaseResult:
 def _reason(row: Any) -> str:
     lines = [ln for ln in str(row.message or "").splitlines() if ln.strip()]
     text = lines[-1] if lines else str(row.status)
-    m = row.metrics or {}
-    parts = []
-    for key, label in (("cosine", "cosine"), ("max_abs_err", "max_abs"), ("hundred_ratio", "double_hundred"),
-                       ("thousand_ratio", "double_thousand"), ("ten_thousand_ratio", "double_ten_thousand"),
-                       ("binary_error_rate", "binary_error_rate")):
-        v = m.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            parts.append(f"{label}={float(v):.6g}")
-    return text + (f" [{', '.join(parts)}]" if parts else "")
+    parts = reason_metrics(row.metrics or {})
+    return text + (f" [{parts}]" if parts else "")
 
 
 def skip_result(name: str, message: str, *, data_mode: str = REAL_DATA, seed: int | None = None,
@@ -95,14 +91,14 @@ def skip_result(name: str, message: str, *, data_mode: str = REAL_DATA, seed: in
     rows = []
     if direction_row:
         rows.append(_precision("skip_row")(f"{name}.forward.output.0", message))
-    return CaseResult(name, "SKIP", "SKIP", message, rows, data_mode, seed)
+    return CaseResult(name, verdict.SKIP, verdict.SKIP, message, rows, data_mode, seed)
 
 
 def error_result(name: str, message: str, *, data_mode: str = REAL_DATA, seed: int | None = None) -> CaseResult:
     """API reported as error without metrics (timeout, crashed worker)."""
     row = _precision("skip_row")(f"{name}.forward.output.0", message)
-    row = row._replace(status="error") if hasattr(row, "_replace") else dataclasses.replace(row, status="error")
-    return CaseResult(name, "error", None, message, [row], data_mode, seed)
+    row = dataclasses.replace(row, status=verdict.ERROR)
+    return CaseResult(name, verdict.ERROR, None, message, [row], data_mode, seed)
 
 
 def _precision(name: str) -> Any:
@@ -272,7 +268,7 @@ def run_with_inputs(case: Any, inputs: Any, backend: Any, device_index: int, opt
     except Exception as exc:  # noqa: BLE001 - spec 3.4: the API becomes SKIP with the error text
         return skip_result(name, _exc_text(exc), data_mode=mode, seed=seed)
     result.summary = str(getattr(inputs, "summary", "") or "")
-    if options.error_data_dir and result.failing("warning"):
+    if options.error_data_dir and result.failing(verdict.WARNING):
         try:
             save_error_data(options.error_data_dir, name, saved)
         except (OSError, RuntimeError) as exc:     # RuntimeError: torch.save's writer (disk full)
@@ -310,7 +306,7 @@ def judge(name: str, api: str, std: Any, outputs: tuple, messages: list, mode: s
         fwd_rows = compare_outputs(api, name, "forward", b_cmp, d_cmp, version=std.name)
         bwd_rows = compare_outputs(api, name, "backward", bg_cmp, dg_cmp, version=std.name) if bg_cmp else []
         details = list(fwd_rows) + list(bwd_rows)
-        forward = rollup([r.status for r in fwd_rows], version=std.name) or "pass"
+        forward = rollup([r.status for r in fwd_rows], version=std.name) or verdict.PASS
         backward = rollup([r.status for r in bwd_rows], version=std.name) if bwd_rows else None
     if note:
         for row in details:
@@ -320,9 +316,9 @@ def judge(name: str, api: str, std: Any, outputs: tuple, messages: list, mode: s
         text = "".join(messages)
         details.append(_precision("skip_row")(f"{name}.backward.output.0", text))
         if backward is None and std.all_skip_is_skip:
-            backward = "SKIP"
+            backward = verdict.SKIP
             message = text
-    if forward == "SKIP":
+    if forward == verdict.SKIP:
         first = next((r for r in details if ".forward." in r.name), None)
         message = first.message if first is not None else (message or "")
     result = CaseResult(name, forward, backward, message, details, mode, seed)

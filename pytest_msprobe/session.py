@@ -10,7 +10,7 @@ import os
 import threading
 from typing import Any
 
-from .options import Settings
+from .settings import DEFAULT_STANDARD, Settings
 from .runner import CaseResult, RunOptions, error_result, run_case
 
 
@@ -111,7 +111,7 @@ class CheckSession:
         cmd = (f"pytest --msprobe-api-info {dump_path} --msprobe-seed {s.seed} -k '{{name}}'"
                + "".join(f" -p {name}" for name in self._plugin_args())
                + (f" --msprobe-device-type {s.device_type}" if s.device_type else "")
-               + (f" --msprobe-standard {s.standard}" if s.standard != "1.0.4" else "")
+               + (f" --msprobe-standard {s.standard}" if s.standard != DEFAULT_STANDARD else "")
                + (" --msprobe-random" if s.random else "")
                + (f" --msprobe-examples {s.examples}" if s.examples > 1 else ""))
         return RunOptions(standard=s.standard, random=s.random, seed=s.seed, max_bytes=s.max_bytes,
