@@ -3,7 +3,7 @@
 The inputs are the same as for PyTorch cases (:func:`generators.inputs.build_inputs`: the dump's ``.npy`` files
 or tensors generated from the statistics, as torch tensors) and become MindSpore tensors here. The device side
 runs the MindSpore callable in the dumped dtype through a MindSpore backend (``ms-cpu`` unless another one is
-selected, see :mod:`.ms_devices`). The bench runs the same callable on the CPU with the inputs raised by spec
+selected, see :mod:`.devices`). The bench runs the same callable on the CPU with the inputs raised by spec
 precision-standard.md 1.2; where MindSpore's CPU kernel has no float64 the bench falls back to float32 and every
 row says so. Backward: ``mindspore.vjp`` w.r.t. the floating-point top-level positional tensors, fed the
 dumped output gradient. Outputs go back to torch tensors (bf16 through float32) and are judged by the same
@@ -72,7 +72,7 @@ def _closure(func: Callable, args: list, kwargs: dict, positions: list, grad_ind
 
 
 def _bench_vjp(fn: Callable, tensors: list, sens: Any) -> tuple:
-    from .ms_devices import mindspore
+    from .devices.mindspore_backends import mindspore
     _, vjp_fn = mindspore().vjp(fn, *tensors)
     grads = vjp_fn(sens)
     return tuple(grads) if isinstance(grads, (list, tuple)) else (grads,)
@@ -90,7 +90,7 @@ def _backward_target(out: Any, grad_index: int | None, ms: Any) -> tuple:
 
 def _sens(grad: Any, like: Any, raise_to: Any, api: str, torch: Any) -> Any:
     """The output gradient as a MindSpore tensor in ``like``'s dtype (bench: raised first, spec 1.4)."""
-    from .ms_devices import to_ms
+    from .devices.mindspore_backends import to_ms
     if isinstance(grad, (list, tuple)):
         grad = grad[0] if grad else None
     if not isinstance(grad, torch.Tensor):
@@ -104,7 +104,7 @@ def _side(func: Callable, args: list, kwargs: dict, call: Callable, vjp: Callabl
           ms: Any) -> tuple:
     """Forward (and backward) of one side, as torch tensors: (outputs, input gradients or [], backward message).
     The conversion reads every result back, so a kernel that fails asynchronously fails here."""
-    from .ms_devices import to_torch
+    from .devices.mindspore_backends import to_torch
     ms.set_seed(seed)
     out = call(func, args, kwargs)
     if backward is None:
@@ -129,7 +129,7 @@ def run_ms(case: Any, inputs: Any, backend: Any, device_index: int, options: Any
     from generators.ms_apis import resolve_ms_api
     from pytest_msprobe.precision.standards import GRAD_INDEX, get_standard
 
-    from .ms_devices import MsCpuBackend, is_ms_backend, mindspore, to_ms
+    from .devices.mindspore_backends import MsCpuBackend, is_ms_backend, mindspore, to_ms
     ms = mindspore()
     if not is_ms_backend(backend):
         backend, device_index = MsCpuBackend(), 0

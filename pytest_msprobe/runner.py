@@ -218,7 +218,7 @@ def run_case(case: Any, backend: Any, device_index: int, options: RunOptions) ->
         return skip_result(name, str(case.problem), data_mode=mode, seed=seed)
     if getattr(case, "framework", "pytorch") == "mindspore":
         try:        # imported before Hypothesis runs: importing MindSpore changes the recursion limit
-            from .ms_devices import mindspore
+            from .devices.mindspore_backends import mindspore
             mindspore()
         except ImportError:
             return skip_result(name, "MindSpore is not installed here; pip install 'pytest-msprobe[mindspore]' "

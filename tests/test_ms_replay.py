@@ -24,12 +24,13 @@ from generators.ms_apis import check_ms_api, ms_prefix_problem
 pytestmark = pytest.mark.mindspore
 
 ms = pytest.importorskip("mindspore")
-from pytest_msprobe import ms_devices, ms_replay  # noqa: E402 - after the MindSpore check
+from pytest_msprobe import ms_replay  # noqa: E402 - after the MindSpore check
+from pytest_msprobe.devices import mindspore_backends as ms_devices  # noqa: E402
 from pytest_msprobe.runner import RunOptions, run_case  # noqa: E402
 
 SKEWED = '''
 import mindspore
-from pytest_msprobe.ms_devices import MsCpuBackend
+from pytest_msprobe.devices import MsCpuBackend
 
 
 class Skewed(MsCpuBackend):
