@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from .precision.verdict import FAILED, SKIPPED, is_bad_row, item_outcome
-from .runner import CaseResult
+from .replay import CaseResult, reason
 
 PROPERTY = "msprobe"     # key of the per-API payload in report.user_properties
 SESSION_KEY = pytest.StashKey["Any"]()
@@ -52,7 +52,7 @@ class ApiItem(pytest.Item):
     def runtest(self) -> None:
         sess = self.config.stash[SESSION_KEY]
         if self.skip_reason:
-            from .runner import data_mode, skip_result
+            from .replay import data_mode, skip_result
             result = skip_result(self.name, self.skip_reason,
                                  data_mode=data_mode(self.case, sess.run_options(str(self.path))))
         else:
@@ -102,8 +102,7 @@ def describe(result: CaseResult, seed_note: str = "") -> str:
     for row in result.details:
         status = str(row.status)
         if is_bad_row(status):
-            from .runner import _reason
-            lines.append(f"  {row.name}: {status}: {_reason(row)}")
+            lines.append(f"  {row.name}: {status}: {reason(row)}")
     if result.summary and result.data_mode == "random_data" and result.summary not in result.note:
         lines.append(f"  inputs: {result.summary}")
     if result.note:

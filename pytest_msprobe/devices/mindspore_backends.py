@@ -33,6 +33,14 @@ def mindspore() -> Any:
     return ms
 
 
+def vjp(fn: Callable, tensors: Sequence[Any], sens: Any) -> tuple:
+    """Gradients of ``fn(*tensors)`` w.r.t. every tensor, for the output gradient ``sens`` (on the CPU: the
+    bench's, and the default of every MindSpore backend)."""
+    _, vjp_fn = mindspore().vjp(fn, *tensors)
+    grads = vjp_fn(sens)
+    return tuple(grads) if isinstance(grads, (list, tuple)) else (grads,)
+
+
 def is_ms_backend(backend: Any) -> bool:
     return getattr(backend, "framework", "pytorch") == FRAMEWORK
 
@@ -50,10 +58,7 @@ class MindSporeBackend(DeviceBackend):
 
     def vjp(self, fn: Callable, tensors: Sequence[Any], sens: Any) -> tuple:
         """Gradients of ``fn(*tensors)`` w.r.t. every tensor, for the output gradient ``sens``."""
-        ms = mindspore()
-        _, vjp_fn = ms.vjp(fn, *tensors)
-        grads = vjp_fn(sens)
-        return tuple(grads) if isinstance(grads, (list, tuple)) else (grads,)
+        return vjp(fn, tensors, sens)
 
     def synchronize(self, index: int) -> None:
         sync = getattr(getattr(mindspore(), "runtime", None), "synchronize", None)
@@ -76,55 +81,3 @@ class MsCpuBackend(MindSporeBackend):
 
     def synchronize(self, index: int) -> None:
         return None                 # kernels are launched blocking (see mindspore())
-
-
-# --- conversions ----------------------------------------------------------------------------------------
-def ms_dtype(name: str) -> Any:
-    """MindSpore dtype of a canonical or MindSpore dtype name (``float32``, ``Float32``)."""
-    from dumpers import format as fmt
-    canonical = fmt.canonical_dtype(name) or name
-    return getattr(mindspore(), canonical)
-
-
-def to_ms(obj: Any, depth: int = 0) -> Any:
-    """torch tensors -> MindSpore tensors of the same dtype (bf16 through float32, as numpy has none); recorded
-    MindSpore dtypes -> the dtype; lists, tuples and dicts walked; anything else as is."""
-    import torch
-
-    from generators.values import MindSporeDtype
-    ms = mindspore()
-    if depth > 16:
-        return obj
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu()
-        if t.dtype == torch.bfloat16:
-            return ms.Tensor(t.float().numpy().copy()).astype(ms.bfloat16)
-        return ms.Tensor(t.numpy().copy())
-    if isinstance(obj, MindSporeDtype):
-        return ms_dtype(str(obj))
-    if isinstance(obj, list):
-        return [to_ms(x, depth + 1) for x in obj]
-    if isinstance(obj, tuple):
-        return tuple(to_ms(x, depth + 1) for x in obj)
-    if isinstance(obj, dict):
-        return {k: to_ms(v, depth + 1) for k, v in obj.items()}
-    return obj
-
-
-def to_torch(obj: Any, depth: int = 0) -> Any:
-    """MindSpore tensors -> CPU torch tensors of the same dtype (bf16 through float32); containers walked."""
-    import torch
-    ms = mindspore()
-    if depth > 16:
-        return obj
-    if isinstance(obj, ms.Tensor):
-        if obj.dtype == ms.bfloat16:
-            return torch.from_numpy(obj.float().asnumpy().copy()).to(torch.bfloat16)
-        return torch.from_numpy(obj.asnumpy().copy())
-    if isinstance(obj, list):
-        return [to_torch(x, depth + 1) for x in obj]
-    if isinstance(obj, tuple):
-        return tuple(to_torch(x, depth + 1) for x in obj)
-    if isinstance(obj, dict):
-        return {k: to_torch(v, depth + 1) for k, v in obj.items()}
-    return obj
