@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dumpers import atomic
 from dumpers import format as fmt
 
 log = logging.getLogger("pytest_msprobe.mindspore")
@@ -120,11 +121,8 @@ class Summariser:
         if len(path) > 4096 or len(name) > 255:
             log.warning("tensor file %s skipped: the path is longer than the file system allows", name)
             return False
-        tmp = f"{path}.tmp{os.getpid()}"            # a file cut short by a crash keeps its .tmp name
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fmt.FILE_MODE)
-        with os.fdopen(fd, "wb") as fh:
+        with atomic.atomic_open(path, binary=True, mode=fmt.FILE_MODE) as fh:
             np.save(fh, arr, allow_pickle=False)
-        os.replace(tmp, path)
         return True
 
     def encode(self, value: Any, entry_key: str, category: str, path: tuple = (), depth: int = 0) -> Any:

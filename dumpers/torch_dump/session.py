@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from dumpers import atomic
 from dumpers import format as fmt
 from dumpers.config import DumpConfig
 from dumpers.journal import JournalWriter
@@ -53,15 +54,6 @@ def first_tensor(value: Any) -> Optional[torch.Tensor]:
 def _parts(data_mode: list, direction: str) -> tuple:
     everything = "all" in data_mode or direction in data_mode
     return everything or "input" in data_mode, everything or "output" in data_mode
-
-
-def _write_text_atomic(path: str, text: str) -> None:
-    """``format.write_json_atomic`` for text already encoded: temporary file, then rename (no fsync)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fmt.FILE_MODE)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 class Pending:
@@ -176,7 +168,8 @@ class DumpSession:
             return
         stack = {str(sid): [keys, lines] for sid, keys, lines in self.stack_groups.values() if keys}
         try:
-            _write_text_atomic(os.path.join(self.dir, fmt.DUMP_JSON), dump_json_text(self._header(), self.texts))
+            atomic.write_text(os.path.join(self.dir, fmt.DUMP_JSON), dump_json_text(self._header(), self.texts),
+                              mode=fmt.FILE_MODE)
             fmt.write_json_atomic(os.path.join(self.dir, fmt.STACK_JSON), stack, fsync=False)
             fmt.write_json_atomic(os.path.join(self.dir, fmt.CONSTRUCT_JSON), self.construct, fsync=False)
         except OSError as exc:

@@ -29,6 +29,7 @@ from typing import Any, Optional
 
 import torch
 
+from dumpers import atomic
 from dumpers import format as fmt
 from dumpers.torch_dump import writer_proc
 
@@ -208,26 +209,12 @@ class TensorWriter:
 
     @staticmethod
     def _save(path: str, tensor: torch.Tensor) -> None:
-        tmp = f"{path}.tmp{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fmt.FILE_MODE)
-        try:
-            parts = legacy_parts(tensor)
-            if parts is not None:
-                for part in parts:
-                    view = memoryview(part)
-                    while view:
-                        view = view[os.write(fd, view):]
-                os.close(fd)
-            else:
-                with os.fdopen(fd, "wb") as fh:   # a real file: torch writes the storage bytes straight to it
-                    torch.save(tensor, fh, _use_new_zipfile_serialization=False)
-        except BaseException:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-            raise
-        os.replace(tmp, path)
+        parts = legacy_parts(tensor)
+        if parts is not None:
+            atomic.write_bytes(path, parts, mode=fmt.FILE_MODE)
+            return
+        with atomic.atomic_open(path, binary=True, mode=fmt.FILE_MODE) as fh:
+            torch.save(tensor, fh, _use_new_zipfile_serialization=False)   # a real file: storage bytes go straight
 
     @staticmethod
     def _link(source: str, path: str) -> None:
