@@ -46,6 +46,12 @@ def link(source: str, path: str, mode: int) -> None:
     atomic.link_or_copy(source, path, mode=mode)
 
 
+def error_text(exc: OSError, path: str) -> bytes:
+    """The control block's error: ``ERRNO PATH\\x01TEXT`` (the training process rebuilds the OSError)."""
+    text = f"{exc.errno or 0} {path}\x01{exc.strerror or exc}".encode("utf-8", "replace")
+    return text[: CONTROL_BYTES - ERROR_AT - 1]
+
+
 def serve(control_fd: int, arena_fd: int, size: int, mode: int) -> None:
     arena = mmap.mmap(arena_fd, size)
     view = memoryview(arena)
@@ -67,8 +73,7 @@ def serve(control_fd: int, arena_fd: int, size: int, mode: int) -> None:
                     link(link_path, path, mode)
             except OSError as exc:     # full disk, permissions: reported once, later files skipped
                 failed = True
-                text = f"cannot write tensor file {path} ({exc})".encode("utf-8", "replace")
-                text = text[: CONTROL_BYTES - ERROR_AT - 1]
+                text = error_text(exc, path)
                 arena[ERROR_AT:ERROR_AT + len(text) + 1] = text + b"\0"
         released += span
         done += 1
