@@ -1,7 +1,8 @@
 """The dump format: entry names, data file names, dump.json layout and JSON style.
 
 This module is the single definition of msprobe's dump layout. The PyTorch and MindSpore dumpers
-write with it and the reader in :mod:`generators` parses with it. It imports only the standard library.
+write with it and the reader in :mod:`generators` parses with it. It imports only the standard library
+and :mod:`dumpers.atomic` (its files are written through that one atomic write).
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Any, Optional
+
+from dumpers import atomic
 
 # --- directory layout ------------------------------------------------------------------------------
 DUMP_JSON = "dump.json"
@@ -431,14 +434,7 @@ def write_json_atomic(path: str, obj: Any, fsync: bool = True) -> None:
     ``fsync=False`` skips flushing to the device: the rename is still atomic for every reader and a
     killed process, only a power loss may lose the new content.
     """
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(dumps_json_fast(obj))
-        fh.flush()
-        if fsync:
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic.write_text(path, dumps_json_fast(obj), mode=FILE_MODE, fsync=fsync)
 
 
 def json_number(x: Any) -> Any:

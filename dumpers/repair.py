@@ -3,7 +3,9 @@
 A running dump keeps ``dump.journal`` beside dump.json (see :mod:`dumpers.journal`); a clean ``stop()``
 removes it. Any rank directory that still has a journal was not finalised. Repair merges what the
 files already hold (an earlier ``stop()`` of the same step) with every complete journal line, writes
-the three files atomically and removes the journal and half-written tensor files. Framework-free.
+the three files atomically and removes the journal, half-written tensor files and the temporary files of
+interrupted writes (:func:`dumpers.atomic.is_temp_name`). Every error names the file it is about
+(:class:`RepairError`). Framework-free.
 """
 from __future__ import annotations
 
@@ -12,8 +14,20 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from dumpers import atomic
 from dumpers import format as fmt
+from dumpers.dumpoff import describe
 from dumpers.journal import DumpState, read_journal
+
+
+class RepairError(OSError):
+    """A file of the dump could not be read or written while repairing it; the message names it."""
+
+
+def _named(exc: OSError, path: str, doing: str) -> RepairError:
+    error = RepairError(exc.errno or 0, f"cannot {doing} {exc.filename or path} ({describe(exc)}); free disk "
+                                        "space (or fix the permissions) and run repair-dump again")
+    return error
 
 
 @dataclass
@@ -89,31 +103,64 @@ def _data_names(value, out: list) -> None:
             _data_names(v, out)
 
 
+def _remove_temp_files(directory: str) -> tuple:
+    """(names left after removing the temporary files of interrupted writes, number removed)."""
+    present, removed = set(), 0
+    try:
+        names = os.listdir(directory)
+    except OSError as exc:
+        raise _named(exc, directory, "list") from None
+    for name in names:
+        if atomic.is_temp_name(name):
+            path = os.path.join(directory, name)
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise _named(exc, path, "remove") from None
+            removed += 1
+        else:
+            present.add(name)
+    return present, removed
+
+
 def repair_dir(directory: str, keep_journal: bool = False) -> RepairResult:
-    """Finalise one rank directory from its journal (see module docstring)."""
+    """Finalise one rank directory from its journal (see module docstring).
+
+    Raises:
+        RepairError: a file could not be read, written or removed (full disk, permissions); the message
+            names it. Nothing is left half-written: run it again once the cause is fixed.
+    """
     journal = os.path.join(directory, fmt.JOURNAL)
+    _, removed = _remove_temp_files(directory)
     state = _existing_state(directory)
     before = len(state.data)
-    state = read_journal(journal, state)
+    try:
+        state = read_journal(journal, state)
+    except OSError as exc:
+        raise _named(exc, journal, "read") from None
     result = RepairResult(directory, entries=len(state.data), new_entries=len(state.data) - before,
-                          truncated=state.truncated, bad_lines=state.bad_lines)
+                          truncated=state.truncated, bad_lines=state.bad_lines, removed_partial_files=removed)
     tensor_dir = os.path.join(directory, fmt.TENSOR_DIR)
     if os.path.isdir(tensor_dir):
-        present = set()
-        for name in os.listdir(tensor_dir):
-            if ".tmp" in name and not name.endswith(".pt"):
-                os.remove(os.path.join(tensor_dir, name))
-                result.removed_partial_files += 1
-            else:
-                present.add(name)
+        present, removed = _remove_temp_files(tensor_dir)
+        result.removed_partial_files += removed
         names: list = []
         _data_names(state.data, names)
         result.missing_tensor_files = [n for n in names if n not in present]
-    fmt.write_json_atomic(os.path.join(directory, fmt.DUMP_JSON), state.dump_json())
-    fmt.write_json_atomic(os.path.join(directory, fmt.STACK_JSON), state.stack_json())
-    fmt.write_json_atomic(os.path.join(directory, fmt.CONSTRUCT_JSON), state.construct)
+    for name, doc in ((fmt.DUMP_JSON, state.dump_json()), (fmt.STACK_JSON, state.stack_json()),
+                      (fmt.CONSTRUCT_JSON, state.construct)):
+        path = os.path.join(directory, name)
+        try:
+            fmt.write_json_atomic(path, doc)
+        except OSError as exc:
+            raise _named(exc, path, "write") from None
     if not keep_journal:
-        os.remove(journal)
+        try:
+            os.remove(journal)
+        except OSError as exc:
+            raise _named(exc, journal, "remove") from None
     return result
 
 

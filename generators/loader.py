@@ -82,25 +82,47 @@ def _natural_key(path: str) -> list:
     return [int(tok) if tok.isdigit() else tok for tok in re.split(r"(\d+)", path)]
 
 
+def unfinished_error(path: str, directories: list) -> DumpError:
+    """The error for rank directories that still hold a journal (``path``: what the user named)."""
+    named = ", ".join(directories[:5]) + (f" and {len(directories) - 5} more" if len(directories) > 5 else "")
+    target = directories[0] if len(directories) == 1 else path
+    return DumpError(f"{named}: the dump of this step was never finished (a {fmt.JOURNAL} is still there: the "
+                     "dumping process died, ran out of disk, or is still running), so its dump.json lacks calls "
+                     f"the journal holds; run `pytest-msprobe repair-dump {target}` first, then check again")
+
+
 def find_dump_files(paths: str | os.PathLike | Sequence) -> list:
     """The dump.json files named by ``paths``: files as given, directories searched (step*/rank*/dump.json).
 
+    A rank directory that still holds ``dump.journal`` (a step whose dumping process died before ``stop()``)
+    is refused, whether a file in it or a directory above it is named: its calls are in the journal, and
+    ``repair-dump`` puts them into dump.json.
+
     Raises:
-        DumpError: a path does not exist, or a directory holds no dump.json.
+        DumpError: a path does not exist, a directory holds no dump.json, or a dump is unfinished.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     found: list = []
     for raw in paths:
         path = os.fspath(raw)
-        if os.path.isfile(path):
+        if os.path.isfile(path) or (os.path.basename(path) == fmt.DUMP_JSON and not os.path.isdir(path)):
+            beside = os.path.dirname(path) or os.curdir
+            if os.path.isfile(os.path.join(beside, fmt.JOURNAL)):
+                raise unfinished_error(path, [beside])
+            if not os.path.isfile(path):
+                raise DumpError(f"{path} does not exist; pass a dump.json file or a dump directory")
             found.append(path)
         elif os.path.isdir(path):
-            below = []
+            below, unfinished = [], []
             for root, dirs, files in os.walk(path):
                 dirs.sort()
+                if fmt.JOURNAL in files:
+                    unfinished.append(root)
                 if fmt.DUMP_JSON in files:
                     below.append(os.path.join(root, fmt.DUMP_JSON))
+            if unfinished:
+                raise unfinished_error(path, sorted(unfinished, key=_natural_key))
             if not below:
                 raise DumpError(f"no {fmt.DUMP_JSON} found under {path}; pass a dump.json file or the dump "
                                 "directory that holds step*/rank*/dump.json")

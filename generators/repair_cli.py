@@ -21,9 +21,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dumpers.repair import repair
+    import sys
 
-    results = repair(args.dump_dir, keep_journal=args.keep_journal)
+    from dumpers.repair import RepairError, repair
+
+    try:
+        results = repair(args.dump_dir, keep_journal=args.keep_journal)
+    except (RepairError, FileNotFoundError) as exc:
+        print(f"pytest-msprobe repair-dump: {exc.strerror if isinstance(exc, RepairError) else exc}",
+              file=sys.stderr)
+        return 1
     if not results:
         print(f"{args.dump_dir}: nothing to repair (no dump.journal found; the dump was finalised by stop())")
         return 0

@@ -110,3 +110,36 @@ def test_truncated_last_line_is_skipped(tmp_path):
     result = repair(str(tmp_path))[0]
     assert result.truncated and result.entries == 1
     assert list(json.loads((d / "dump.json").read_text())["data"]) == ["Torch.exp.0.forward"]
+
+
+@pytest.mark.parametrize("named", ["file", "step", "dump"])
+def test_the_checker_refuses_an_unrepaired_dump_then_checks_every_call(pytester, killed_dumps, named):
+    """A real SIGKILLed dump: the checker names the step and the repair-dump command; after it every call runs."""
+    dump = pytester.path / "dump"
+    shutil.copytree(killed_dumps["statistics"], dump)
+    step1 = "dump/step1/rank"                           # as the user named it: the command works from here
+    arg = {"file": "dump/step1/rank/dump.json", "step": "dump/step1", "dump": "dump"}[named]
+    res = pytester.runpytest("--msprobe-api-info", arg, "-p", "no:randomly")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    err = res.stderr.str()
+    assert f"{step1}: the dump of this step was never finished" in err
+    assert f"`pytest-msprobe repair-dump {step1}`" in err
+    repair(str(dump))
+    res = pytester.runpytest("--msprobe-api-info", arg, "-p", "no:randomly", "-q")
+    outcomes = res.parseoutcomes()
+    checked = outcomes.get("passed", 0) + outcomes.get("failed", 0) + outcomes.get("skipped", 0)
+    calls = {k.rsplit(".", 1)[0] for k in EXPECTED_STEP1}
+    step0_calls = 3 if named == "dump" else 0          # relu, exp, sum of step 0
+    assert checked == len(calls) + step0_calls, res.stdout.str()
+
+
+def test_a_step_with_a_journal_and_no_dump_json_is_refused(tmp_path):
+    from generators.loader import DumpError, find_dump_files
+
+    rank = tmp_path / "step0" / "rank"
+    rank.mkdir(parents=True)
+    (rank / fmt.JOURNAL).write_text('{"t":"m","task":"statistics"}\n')
+    with pytest.raises(DumpError, match=r"repair-dump .*step0/rank`"):
+        find_dump_files(str(tmp_path))
+    with pytest.raises(DumpError, match="never finished"):
+        find_dump_files(str(rank / fmt.DUMP_JSON))

@@ -144,6 +144,33 @@ def test_pack_roundtrip_keeps_values_and_dtypes():
     assert back[1]["x"].shape == (0,) and back[2] == 1.5
 
 
+@pytest.mark.parametrize("make", [lambda: torch.randn(4, 6).t(), lambda: torch.randn(2, 3, 5).permute(2, 0, 1),
+                                  lambda: torch.randn(6, 8)[:, ::2], lambda: torch.randn(3, 1, 4).transpose(0, 2),
+                                  lambda: torch.randn(5)])
+def test_pack_keeps_the_layout_clone_keeps_in_process(make):
+    """A worker gets its inputs laid out as the in-process copy (clone) is: the same kernels, the same bits."""
+    import pickle
+
+    t = make()
+    back = tensors.unpack(pickle.loads(pickle.dumps(tensors.pack(t))))
+    clone = t.detach().clone()
+    # the memory layout: strides of the dimensions longer than 1 (a size-1 dimension's stride is never used)
+    assert torch.equal(back, t) and [s for s, n in zip(back.stride(), back.shape) if n > 1] == \
+        [s for s, n in zip(clone.stride(), clone.shape) if n > 1]
+
+
+def test_pack_gives_workers_the_gemm_layout_of_the_training_process():
+    """addmm with a transposed weight (nn.Linear) runs the same kernel in a worker as in process."""
+    import pickle
+
+    g = torch.Generator().manual_seed(0)
+    bias, x, w = torch.randn(32, generator=g), torch.randn(16, 64, generator=g), torch.randn(32, 64, generator=g)
+    args = (bias, x, w.t())
+    local = torch.addmm(*[a.clone() for a in args])
+    remote = torch.addmm(*tensors.unpack(pickle.loads(pickle.dumps(tensors.pack(args)))))
+    assert torch.equal(local, remote)
+
+
 # --- arguments ------------------------------------------------------------------------------------------
 def test_argument_validation(tmp_path):
     with pytest.raises(OnlineDispatchError, match="dump mode"):

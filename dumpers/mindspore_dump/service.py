@@ -11,6 +11,7 @@ import os
 from typing import Any, Callable
 
 from dumpers import format as fmt
+from dumpers.dumpoff import DumpOff
 from dumpers.mindspore_dump.cells import CellHooks
 from dumpers.mindspore_dump.config import MsDumpConfig
 from dumpers.mindspore_dump.filters import EntryFilter
@@ -62,6 +63,7 @@ class DumpService(CellHooks):
         self.filter = EntryFilter(config.scope, config.api_list, config.data_mode)
         self.writer: StepWriter | None = None
         self.summariser: Summariser | None = None
+        self.dump_off = DumpOff(log, config.dump_path)
         self.api_patcher = ApiPatcher(self.call_api)
         self.prim_patcher = PrimitivePatcher(self.call_api)
         self.jit_patcher = JitPatcher(self.call_api)
@@ -83,7 +85,7 @@ class DumpService(CellHooks):
 
     def start(self, model: Any = None) -> bool:
         """Switch on for the current step; returns False when this step or rank is not dumped."""
-        if self.ended or os.getpid() != self.pid:
+        if self.ended or os.getpid() != self.pid or self.dump_off.off:
             return False
         if self.config.step and self.step > max(self.config.step):
             self.end()
@@ -113,27 +115,49 @@ class DumpService(CellHooks):
                     self.prim_patcher.install(model)
             if self.writer is None:
                 self.writer = StepWriter(self.config.dump_path, self.step, self.rank, self.config.task,
-                                         self.level)
-                self.summariser = Summariser(self.config.summary_mode, self.writer.tensor_dir)
+                                         self.level, on_error=self._io_error)
+                self.summariser = Summariser(self.config.summary_mode, self.writer.tensor_dir,
+                                             on_error=self._io_error)
         finally:
             self.busy = False
+        if self.dump_off.off:
+            self._restore()
+            return False
         self.on = True
         log.info("Dump switch is turned on at step %d.", self.step)
         return True
 
     def stop(self) -> None:
         """Switch off, put the original APIs back and write the JSON files of the step."""
+        if self.dump_off.off:
+            self._restore()
+            return
         self.flush_backward()
         self.on = False
         if self.summariser is not None:
             self.summariser.forget()
-        self.api_patcher.uninstall()
-        self.jit_patcher.uninstall()
-        self.prim_patcher.uninstall()
+        self._restore()
         if self.writer is not None:
             self.writer.flush()
 
+    def _restore(self) -> None:
+        """Put the original APIs back (no file is touched)."""
+        self.on = False
+        self.api_patcher.uninstall()
+        self.jit_patcher.uninstall()
+        self.prim_patcher.uninstall()
+
+    def _io_error(self, exc: OSError, path: str) -> None:
+        """The first I/O error of the dump: reported once, the dump off for the rest of the run."""
+        self.dump_off.trip(exc, path, self.step, self.writer.dir if self.writer is not None else
+                           fmt.step_rank_dir(self.config.dump_path, self.step, self.rank))
+        self.on = False
+        if self.writer is not None and not self.writer.failed:
+            self.writer.fail(exc, path)    # the journal is closed as it stands, nothing more is written
+
     def next_step(self) -> None:
+        if self.dump_off.off:
+            return
         if self.on:
             self.stop()
         if self.writer is not None:
@@ -151,6 +175,11 @@ class DumpService(CellHooks):
 
     def end(self) -> None:
         """Stop for good (after the last selected step, or at interpreter exit)."""
+        if self.dump_off.off:
+            self._restore()
+            self.writer = None
+            self.ended = True
+            return
         if self.on:
             self.stop()
         if self.writer is not None:
@@ -159,6 +188,8 @@ class DumpService(CellHooks):
         self.ended = True
 
     def _add(self, key: str, entry: dict, stack: list | None = None) -> None:
+        if self.dump_off.off:
+            return
         self.writer.add(key, entry, stack)
         self.writer.commit()
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dumpers import atomic
 from dumpers import format as fmt
 
 log = logging.getLogger("pytest_msprobe.mindspore")
@@ -81,11 +82,15 @@ class Summariser:
     Args:
         summary_mode: "statistics" or "md5".
         tensor_dir: directory for tensor files (task "tensor"), or None.
+        on_error: called with the first OSError writing a tensor file and its path (the dump is then switched
+            off); without it the error is raised.
     """
 
-    def __init__(self, summary_mode: str = "statistics", tensor_dir: str | None = None) -> None:
+    def __init__(self, summary_mode: str = "statistics", tensor_dir: str | None = None,
+                 on_error: Any = None) -> None:
         self.md5 = summary_mode == "md5"
         self.tensor_dir = tensor_dir
+        self.on_error = on_error
         # Without tensor files, a tensor met again (one call's output is the next call's input) reuses its item:
         # each host copy waits for MindSpore's asynchronous pipeline, so this halves the waits of a chain of
         # calls. The cache holds the tensor itself, so its id cannot be reused while cached.
@@ -120,11 +125,15 @@ class Summariser:
         if len(path) > 4096 or len(name) > 255:
             log.warning("tensor file %s skipped: the path is longer than the file system allows", name)
             return False
-        tmp = f"{path}.tmp{os.getpid()}"            # a file cut short by a crash keeps its .tmp name
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fmt.FILE_MODE)
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, arr, allow_pickle=False)
-        os.replace(tmp, path)
+        try:
+            with atomic.atomic_open(path, binary=True, mode=fmt.FILE_MODE) as fh:
+                np.save(fh, arr, allow_pickle=False)
+        except OSError as exc:
+            if self.on_error is None:
+                raise
+            self.tensor_dir = None           # no further tensor files
+            self.on_error(exc, path)
+            return False
         return True
 
     def encode(self, value: Any, entry_key: str, category: str, path: tuple = (), depth: int = 0) -> Any:

@@ -114,22 +114,41 @@ def save_array(leaf: Any) -> np.ndarray:
 # --- transport to worker processes ------------------------------------------------------------------------
 
 class Packed:
-    """A CPU tensor sent to a worker as a numpy array (pickled by value, no shared-memory handles)."""
+    """A CPU tensor sent to a worker as a numpy array (pickled by value, no shared-memory handles).
 
-    __slots__ = ("array", "dtype")
+    The dimension order of the strides travels too: a transposed weight arrives transposed, as
+    ``clone()`` keeps it in the training process, so the worker's kernels (a GEMM's layout, its blocking
+    and summation order) are the in-process ones and the results bit-identical on every CPU.
+    """
+
+    __slots__ = ("array", "dtype", "order")
 
     def __init__(self, t: torch.Tensor) -> None:
         self.dtype = t.dtype
-        self.array = t.detach().contiguous().numpy()
+        t = t.detach()
+        # dimensions from the largest stride to the smallest (ties: in order), as clone() lays them out
+        order = tuple(sorted(range(t.dim()), key=lambda d: (-t.stride(d), d)))
+        if t.is_contiguous() or order == tuple(range(t.dim())):
+            self.order: tuple = ()
+            self.array = t.contiguous().numpy()
+        else:
+            self.order = order
+            self.array = t.permute(order).contiguous().numpy()
 
     def unpack(self) -> torch.Tensor:
-        return torch.from_numpy(self.array).to(self.dtype)
+        out = torch.from_numpy(self.array).to(self.dtype)
+        if self.order:
+            inverse = [0] * len(self.order)
+            for i, d in enumerate(self.order):
+                inverse[d] = i
+            out = out.permute(inverse)
+        return out
 
     def __getstate__(self) -> tuple:
-        return self.array, str(self.dtype).replace("torch.", "")
+        return self.array, str(self.dtype).replace("torch.", ""), self.order
 
     def __setstate__(self, state: tuple) -> None:
-        self.array, name = state
+        self.array, name, self.order = state
         self.dtype = getattr(torch, name)
 
 

@@ -137,8 +137,8 @@ class PrecisionDebugger:
     def start(self, model: Optional[torch.nn.Module] = None) -> None:
         """Switch the dump on for the current step (no-op for unselected steps and ranks)."""
         s = self.session
-        if s is None or self._finished:
-            return
+        if s is None or self._finished or s.check_writer():
+            return                          # an I/O error switched the dump off: training goes on without it
         steps = self.config.step
         if steps and s.step > max(steps):
             self._finish_all()
@@ -159,6 +159,8 @@ class PrecisionDebugger:
         s.rank = rank
         s.pid = os.getpid()
         s.open_step()
+        if s.failed is not None:
+            return
         s.parents.clear()
         if level in ("L0", "mix") and id(model) not in self._hooks:
             hooks = ModuleHooks(s, model)
@@ -196,16 +198,16 @@ class PrecisionDebugger:
             return
         was_on = s.on
         s.on = False
-        self._remove_api_capture()
+        self._remove_api_capture()          # also after an I/O error: the capture installed by start() goes
         stacklib.release()
-        if was_on or s.dir is not None:
+        if (was_on or s.dir is not None) and s.failed is None:
             s.write_files()
 
     @_on_singleton
     def step(self) -> None:
         """Advance the step counter; call counters restart. A step still on is written first."""
         s = self.session
-        if s is None:
+        if s is None or s.failed is not None:
             return
         if s.on:
             self.stop()

@@ -16,8 +16,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from dumpers import atomic
 from dumpers import format as fmt
 from dumpers.config import DumpConfig
+from dumpers.dumpoff import DumpOff
 from dumpers.journal import JournalWriter
 from dumpers.torch_dump import callargs
 from dumpers.torch_dump import stack as stacklib
@@ -55,15 +57,6 @@ def _parts(data_mode: list, direction: str) -> tuple:
     return everything or "input" in data_mode, everything or "output" in data_mode
 
 
-def _write_text_atomic(path: str, text: str) -> None:
-    """``format.write_json_atomic`` for text already encoded: temporary file, then rename (no fsync)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fmt.FILE_MODE)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 class Pending:
     """A call between its start and its end: inputs summarised, output not yet known."""
 
@@ -98,7 +91,7 @@ class DumpSession:
         self.on = False
         self.busy = False
         self.generation = 0
-        self.failed: Optional[BaseException] = None
+        self.dump_off = DumpOff(log, config.dump_path)
         self.counters: dict = {}
         self.parents: list = []           # module (and optimizer) calls in progress, innermost last
         self.forward_parent: dict = {}    # module forward name -> its parent (for backward names)
@@ -142,6 +135,7 @@ class DumpSession:
                 self.journal = JournalWriter(os.path.join(self.dir, fmt.JOURNAL))
             return
         path = fmt.step_rank_dir(self.config.dump_path, self.step, self.rank)
+        failing = path
         try:
             os.makedirs(path, mode=fmt.DIR_MODE, exist_ok=True)
             if self.tensor_task:
@@ -150,18 +144,17 @@ class DumpSession:
                 self.tensor_dir = tdir
                 self.dump_data_dir = tdir
             self.dir = path
-            fmt.write_json_atomic(os.path.join(path, fmt.DUMP_JSON), self._dump_json(), fsync=False)
-            fmt.write_json_atomic(os.path.join(path, fmt.STACK_JSON), {}, fsync=False)
-            fmt.write_json_atomic(os.path.join(path, fmt.CONSTRUCT_JSON), {}, fsync=False)
-            self.journal = JournalWriter(os.path.join(path, fmt.JOURNAL))
+            for name, doc in ((fmt.DUMP_JSON, self._dump_json()), (fmt.STACK_JSON, {}), (fmt.CONSTRUCT_JSON, {})):
+                failing = os.path.join(path, name)
+                fmt.write_json_atomic(failing, doc, fsync=False)
+            failing = os.path.join(path, fmt.JOURNAL)
+            self.journal = JournalWriter(failing)
             self.journal.header(self.task, self.level, "pytorch", self.dump_data_dir)
         except OSError as exc:
-            self.dir = None
-            raise DumpPathError(f"msprobe dump: cannot write the dump directory {path!r} ({exc.strerror or exc}); "
-                                f"choose a writable dump_path in config.json or PrecisionDebugger(dump_path=...)"
-                                ) from exc
+            self._fail(exc, failing)
+            return
         if self.tensor_task and self.writer is None:
-            self.writer = make_writer()
+            self.writer = make_writer(report=False)      # its first error is reported by check_writer
 
     def _header(self) -> dict:
         return {"task": self.task, "level": self.level, "framework": "pytorch", "dump_data_dir": self.dump_data_dir}
@@ -174,32 +167,61 @@ class DumpSession:
         """stop(): dump.json, stack.json, construct.json in full (atomic), journal removed."""
         if self.dir is None:
             return
+        if self.check_writer():
+            return
         stack = {str(sid): [keys, lines] for sid, keys, lines in self.stack_groups.values() if keys}
+        path = os.path.join(self.dir, fmt.DUMP_JSON)
         try:
-            _write_text_atomic(os.path.join(self.dir, fmt.DUMP_JSON), dump_json_text(self._header(), self.texts))
-            fmt.write_json_atomic(os.path.join(self.dir, fmt.STACK_JSON), stack, fsync=False)
-            fmt.write_json_atomic(os.path.join(self.dir, fmt.CONSTRUCT_JSON), self.construct, fsync=False)
+            atomic.write_text(path, dump_json_text(self._header(), self.texts), mode=fmt.FILE_MODE)
+            path = os.path.join(self.dir, fmt.STACK_JSON)
+            fmt.write_json_atomic(path, stack, fsync=False)
+            path = os.path.join(self.dir, fmt.CONSTRUCT_JSON)
+            fmt.write_json_atomic(path, self.construct, fsync=False)
         except OSError as exc:
-            self._fail(exc)
+            self._fail(exc, path)
             return
         if self.journal is not None:
             self.journal.close(remove=True)
             self.journal = None
 
     def close(self) -> None:
+        """Wait for the tensor writer (its first error is reported), close the journal."""
         if self.writer is not None:
             self.writer.close()
+            self.check_writer()
             self.writer = None
         if self.journal is not None:
             self.journal.close()
             self.journal = None
 
-    def _fail(self, exc: BaseException) -> None:
-        if self.failed is None:
-            self.failed = exc
-            log.error("msprobe dump: writing the dump failed (%s); dumping is switched off, training goes on. "
-                      "Free disk space or choose another dump_path.", exc)
+    @property
+    def failed(self) -> Optional[BaseException]:
+        """The I/O error that switched the dump off for the rest of the run, if any."""
+        return self.dump_off.error
+
+    def check_writer(self) -> bool:
+        """Take over the tensor writer's first error (reported once, dump off); True when the dump is off."""
+        if self.writer is not None and not self.dump_off.off:
+            error = self.writer.failure()
+            if error is not None:
+                self.dump_off.trip(error)
+                self._switch_off()
+        return self.dump_off.off
+
+    def _fail(self, exc: BaseException, path: Optional[str] = None) -> None:
+        """An I/O error of the dump: reported once (path, errno, what was kept), the dump off for good."""
+        if not self.dump_off.off:
+            self.dump_off.trip(exc, path or getattr(exc, "filename", None), self.step, self.dir)
+        self._switch_off()
+
+    def _switch_off(self) -> None:
         self.on = False
+        if self.journal is not None:          # what it holds stays for repair-dump
+            try:
+                self.journal.close()
+            except OSError:
+                pass
+            self.journal = None
 
     # --- filters and structure -------------------------------------------------------------------
     def wanted(self, key: str, closes: bool = True) -> bool:
@@ -239,7 +261,7 @@ class DumpSession:
             try:
                 self.journal.construct(key, parent)
             except OSError as exc:
-                self._fail(exc)
+                self._fail(exc, self.journal.path)
 
     def next_index(self, name: str) -> int:
         idx = self.counters.get(name, 0)
@@ -334,7 +356,7 @@ class DumpSession:
                 try:
                     self.journal.stack(group[0], lines)
                 except OSError as exc:
-                    self._fail(exc)
+                    self._fail(exc, self.journal.path)
         self._sid_by_id[id(frames)] = (frames, group[0])
         return group[0]
 
@@ -352,7 +374,7 @@ class DumpSession:
             try:
                 self.journal.entry_text(key, text, sid)
             except OSError as exc:
-                self._fail(exc)
+                self._fail(exc, self.journal.path)
 
     def record_backward(self, key: str, grad_outputs: Any, grad_inputs: Any, drop_all_none: bool = False,
                         parent: Any = "") -> None:
@@ -502,5 +524,8 @@ class DumpSession:
             self.busy = prev
 
     def _internal_error(self, exc: BaseException) -> None:
+        if isinstance(exc, OSError):          # a write of the dump failed (a tensor file written from here)
+            self._fail(exc)
+            return
         log.warning("msprobe dump: an entry could not be recorded (%s: %s); training is not affected.",
                     type(exc).__name__, exc)

@@ -29,6 +29,7 @@ from typing import Any, Optional
 
 import torch
 
+from dumpers import atomic
 from dumpers import format as fmt
 from dumpers.torch_dump import writer_proc
 
@@ -109,10 +110,14 @@ def _make_header(dtype: torch.dtype, shape: torch.Size) -> Optional[bytes]:
 
 
 class TensorWriter:
-    """A daemon thread that ``torch.save``s queued tensors, bounded by ``budget`` bytes in flight."""
+    """A daemon thread that ``torch.save``s queued tensors, bounded by ``budget`` bytes in flight.
 
-    def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
+    ``report=False``: the first error is kept (:meth:`failure`) but not logged; the dump session reports it.
+    """
+
+    def __init__(self, budget: int = DEFAULT_BUDGET, report: bool = True) -> None:
         self.budget = budget
+        self.report = report
         self._queue: deque = deque()
         self._pending_bytes = 0
         self._cond = threading.Condition()
@@ -195,9 +200,9 @@ class TensorWriter:
                 else:
                     self.dropped += 1
             except BaseException as exc:  # noqa: BLE001 - any failure must not kill training
-                self.error = exc
-                log.error("msprobe dump: cannot write tensor file %s (%s); further tensor files are skipped. "
-                          "Free disk space or choose another dump_path.", path, exc)
+                self.error = _with_path(exc, path)
+                if self.report:
+                    _log_error(self.error)
             tensor = None
             if buffer is not None:
                 self._recycle(buffer)
@@ -206,28 +211,18 @@ class TensorWriter:
                 self._pending_bytes -= nbytes
                 self._cond.notify_all()
 
+    def failure(self) -> Optional[BaseException]:
+        """The first error writing a file (later files are dropped), or None; the dump session reports it."""
+        return self.error
+
     @staticmethod
     def _save(path: str, tensor: torch.Tensor) -> None:
-        tmp = f"{path}.tmp{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fmt.FILE_MODE)
-        try:
-            parts = legacy_parts(tensor)
-            if parts is not None:
-                for part in parts:
-                    view = memoryview(part)
-                    while view:
-                        view = view[os.write(fd, view):]
-                os.close(fd)
-            else:
-                with os.fdopen(fd, "wb") as fh:   # a real file: torch writes the storage bytes straight to it
-                    torch.save(tensor, fh, _use_new_zipfile_serialization=False)
-        except BaseException:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-            raise
-        os.replace(tmp, path)
+        parts = legacy_parts(tensor)
+        if parts is not None:
+            atomic.write_bytes(path, parts, mode=fmt.FILE_MODE)
+            return
+        with atomic.atomic_open(path, binary=True, mode=fmt.FILE_MODE) as fh:
+            torch.save(tensor, fh, _use_new_zipfile_serialization=False)   # a real file: storage bytes go straight
 
     @staticmethod
     def _link(source: str, path: str) -> None:
@@ -261,9 +256,10 @@ class ProcessWriter:
     Same interface as :class:`TensorWriter`, which remains the fallback.
     """
 
-    def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
+    def __init__(self, budget: int = DEFAULT_BUDGET, report: bool = True) -> None:
         proto = self._proto = writer_proc
         self.budget = budget
+        self.report = report
         self.error: Optional[BaseException] = None
         self.written = 0
         self.dropped = 0
@@ -339,10 +335,14 @@ class ProcessWriter:
                 self.dropped += 1
                 return
             if place is None:                   # larger than the whole ring: written from here
-                if nbytes:
-                    TensorWriter._save(path, _private_cpu(data))
-                else:
-                    writer_proc.write(memoryview(header), path, fmt.FILE_MODE)
+                try:
+                    if nbytes:
+                        TensorWriter._save(path, _private_cpu(data))
+                    else:
+                        writer_proc.write(memoryview(header), path, fmt.FILE_MODE)
+                except OSError as exc:
+                    self._fail(exc, path)
+                    self.dropped += 1
                 return
             offset, span = place
             start = offset + shift
@@ -395,18 +395,26 @@ class ProcessWriter:
     # --- reporting and shutdown ----------------------------------------------------------------
     def _fail(self, exc: BaseException, path: str) -> None:
         if self.error is None:
-            self.error = exc
-            log.error("msprobe dump: cannot write tensor file %s (%s); further tensor files are skipped. "
-                      "Free disk space or choose another dump_path.", path, exc)
+            self.error = _with_path(exc, path)
+            if self.report:
+                _log_error(self.error)
 
     def _check(self) -> None:
         """Take over the writer process's first error, if it reported one."""
-        if self.error is None and self._control()[2]:
+        if self.error is None and self._bytes is not None and self._control()[2]:
             raw = bytes(self._arena[self._proto.ERROR_AT:self._proto.CONTROL_BYTES]).split(b"\0", 1)[0]
-            text = raw.decode("utf-8", "replace")
-            self.error = OSError(text)
-            log.error("msprobe dump: %s; further tensor files are skipped. Free disk space or choose another "
-                      "dump_path.", text)
+            code, _, rest = raw.decode("utf-8", "replace").partition(" ")
+            path, _, text = rest.partition("\x01") if "\x01" in rest else ("", "", rest)
+            error = OSError(int(code) if code.isdigit() else 0, text)
+            error.filename = path or None
+            self.error = error
+            if self.report:
+                _log_error(error)
+
+    def failure(self) -> Optional[BaseException]:
+        """The first error writing a file (the writer process's included), or None; the dump session reports it."""
+        self._check()
+        return self.error
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Wait until every queued file is written; False if ``timeout`` passed first."""
@@ -446,6 +454,21 @@ class ProcessWriter:
 _live: "weakref.WeakSet[ProcessWriter]" = weakref.WeakSet()
 
 
+def _log_error(exc: BaseException) -> None:
+    log.error("msprobe dump: cannot write tensor file %s (%s); further tensor files are skipped. Free disk space "
+              "or choose another dump_path.", getattr(exc, "filename", None) or "", exc)
+
+
+def _with_path(exc: BaseException, path: str) -> BaseException:
+    """``exc`` naming the file it failed on (an OSError from os.write carries no file name)."""
+    if isinstance(exc, OSError) and not exc.filename:
+        try:
+            exc.filename = path
+        except AttributeError:
+            pass
+    return exc
+
+
 def _after_fork_in_child() -> None:
     for writer in list(_live):
         writer._forget_after_fork()
@@ -462,13 +485,13 @@ def _private_cpu(data: torch.Tensor) -> torch.Tensor:
     return data.cpu().clone()
 
 
-def make_writer(budget: int = DEFAULT_BUDGET) -> Any:
+def make_writer(budget: int = DEFAULT_BUDGET, report: bool = True) -> Any:
     """The tensor-file writer for a dump: a writer process where the platform allows (Linux:
     ``memfd_create``), else the in-process :class:`TensorWriter`. ``MSPROBE_DUMP_WRITER=thread``
-    chooses the latter."""
+    chooses the latter. ``report=False``: errors are kept for the caller to report, not logged."""
     if os.environ.get("MSPROBE_DUMP_WRITER", "").strip().lower() != "thread" and hasattr(os, "memfd_create"):
         try:
-            return ProcessWriter(budget)
+            return ProcessWriter(budget, report)
         except (OSError, ValueError, RuntimeError) as exc:
             log.warning("msprobe dump: no tensor writer process (%s); writing from a thread instead", exc)
-    return TensorWriter(budget)
+    return TensorWriter(budget, report)

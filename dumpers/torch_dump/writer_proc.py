@@ -16,9 +16,18 @@ The arena's first page is the control block this process updates: bytes released
 """
 import mmap
 import os
-import shutil
 import struct
 import sys
+
+if __package__:
+    from dumpers import atomic
+else:                                  # run as a script (no site, no package): load the one module it needs by path
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location(
+        "_msprobe_atomic", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "atomic.py"))
+    atomic = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(atomic)
 
 RECORD = struct.Struct("<BQQQHH")
 OP_WRITE, OP_LINK = 1, 2
@@ -28,26 +37,19 @@ ERROR_AT = 64
 
 
 def write(view: memoryview, path: str, mode: int) -> None:
-    """``view``'s bytes as the file ``path``: a temporary name, then a rename."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    """``view``'s bytes as the file ``path`` (:func:`dumpers.atomic.write_bytes`)."""
+    atomic.write_bytes(path, view, mode=mode)
 
 
 def link(source: str, path: str, mode: int) -> None:
-    """``path`` as a hard link of ``source`` (a copy where the file system has no hard links)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        os.link(source, tmp)
-    except OSError:                    # file systems without hard links: copy the bytes
-        shutil.copyfile(source, tmp)
-        os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    """``path`` as a hard link of ``source`` (:func:`dumpers.atomic.link_or_copy`)."""
+    atomic.link_or_copy(source, path, mode=mode)
+
+
+def error_text(exc: OSError, path: str) -> bytes:
+    """The control block's error: ``ERRNO PATH\\x01TEXT`` (the training process rebuilds the OSError)."""
+    text = f"{exc.errno or 0} {path}\x01{exc.strerror or exc}".encode("utf-8", "replace")
+    return text[: CONTROL_BYTES - ERROR_AT - 1]
 
 
 def serve(control_fd: int, arena_fd: int, size: int, mode: int) -> None:
@@ -71,8 +73,7 @@ def serve(control_fd: int, arena_fd: int, size: int, mode: int) -> None:
                     link(link_path, path, mode)
             except OSError as exc:     # full disk, permissions: reported once, later files skipped
                 failed = True
-                text = f"cannot write tensor file {path} ({exc})".encode("utf-8", "replace")
-                text = text[: CONTROL_BYTES - ERROR_AT - 1]
+                text = error_text(exc, path)
                 arena[ERROR_AT:ERROR_AT + len(text) + 1] = text + b"\0"
         released += span
         done += 1

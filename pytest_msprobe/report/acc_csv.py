@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dumpers import atomic
+
 from ..precision.verdict import DEFAULT_FAIL_ON, is_failing  # is_failing: a result row's roll-up, for readers
 from .columns import BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, RESULT_HEADER
 from .fmt import _FORMULA_LEAD, DEFAULT_PRECISION, format_cell, safe_text
@@ -238,14 +240,9 @@ class AccCsvWriter:
 
 
 def _rewrite(path: str, rows: list[list[str]]) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    with open(fd, "w", encoding="utf-8", newline="") as fh:
+    with atomic.atomic_open(path, mode=FILE_MODE, fsync=True, newline="") as fh:
         fh.write(BOM)
         csv.writer(fh, lineterminator="\r\n").writerows(rows)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def keep_apis(result_path: str, details_path: str | None, keep: set[str]) -> None:
