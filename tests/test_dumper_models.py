@@ -85,6 +85,8 @@ def train(kind, dtype, dump_path=None, task="tensor", level="L1", steps=2):
             dbg.stop()
             dbg.step()
         losses.append(loss.detach())
+    if dbg:
+        dbg.flush()     # stop() does not wait for the tensor files; the test reads them next
     return losses, [p.detach().clone() for p in model.parameters()]
 
 
