@@ -348,3 +348,18 @@ def test_dump_written_by_our_dumper(pytester):
     rows = result_rows(pytester.path)
     assert set(rows) == names
     assert rows["Functional.linear.0"].forward in ("pass", "Warning") and rows["Functional.gelu.0"].backward
+
+
+def test_summary_counts_invalid_entries_apart_from_the_data_modes(project):
+    dump = project.path / "dump" / "dump.json"
+    doc = json.loads(dump.read_text())
+    doc["data"]["VF.lstm.0.forward"] = {"input_args": [], "input_kwargs": {}, "output": []}
+    dump.write_text(json.dumps(doc))
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "-rs")
+    res.assert_outcomes(passed=15, skipped=1)
+    res.stdout.fnmatch_lines(["data: real_data 15, invalid 1"])
+    assert result_rows(project.path)["VF.lstm.0"].forward == "SKIP"
+    details = glob.glob(str(project.path / "accuracy_checking_details_*.csv"))[0]
+    with open(details, encoding="utf-8-sig", newline="") as fh:
+        modes = {r[0]: r[-1] for r in csv.reader(fh)}
+    assert modes["VF.lstm.0.forward.output.0"] == "random_data"      # the CSV's Data Mode column is unchanged
