@@ -1,9 +1,10 @@
 """Resume state of the checker, in pytest's cache under its own keys.
 
 ``msprobe/run``: the CSV pair of the last run on a set of dumps (``--lf`` continues it). ``msprobe/lastfailed``:
-the node ids of failing API items, kept as pytest keeps ``cache/lastfailed`` (a failure adds, a pass or a
-skip removes, written at the session end) but cleared for the dumps of a fresh run when it starts, so that a
-run killed before its end still leaves a record that fits its CSV. pytest's own file is never rewritten.
+the node ids of failing API items, kept as pytest keeps ``cache/lastfailed`` (read at the start, a failure
+adds, a pass or a skip removes, written at the session end); in addition a fresh run writes it at once without
+its dumps' entries, so that a run killed before its end leaves a record that fits its new CSV (the CSV then
+says what finished). pytest's own file is never rewritten.
 """
 from __future__ import annotations
 
@@ -89,8 +90,7 @@ class ResumePlan:
                 prefixes = _node_prefixes(config, dump_files)
                 kept = {k: v for k, v in lastfailed.items() if k.split("::")[0] not in prefixes}
                 if len(kept) != len(lastfailed):
-                    lastfailed = kept
-                    cache.set(LASTFAILED_KEY, lastfailed)
+                    cache.set(LASTFAILED_KEY, kept)      # what a run killed before its end leaves behind
         return cls(os.path.abspath(result), os.path.abspath(details), ts, done, resumed, lastfailed)
 
 
