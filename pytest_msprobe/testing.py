@@ -61,7 +61,7 @@ def _session(config: Any) -> Any:
         _KEYS.append(pytest.StashKey["Any"]())
     sess = config.stash.get(_KEYS[0], None)
     if sess is None:
-        from .options import Settings
+        from .settings import Settings
         from .session import CheckSession
 
         class SuiteSession(CheckSession):
@@ -162,7 +162,7 @@ def check_call(config: Any, data_dir: str | os.PathLike, call: str, *, random: b
     """
     import pytest
 
-    from .items import describe
+    from .replay import describe
     case = load_case(data_dir, call)
     try:
         backend, _ = backend_for(config)
