@@ -7,6 +7,7 @@ from typing import Any
 from dumpers import format as fmt
 from generators.entries import tensor_file_name
 from generators.paths import PathRefused, safe_join
+from generators.tensorfile import TensorMetaError, read_meta
 
 
 class TensorFileError(ValueError):
@@ -17,9 +18,12 @@ def load_tensor_file(tensor_dir: str, item: dict, *, max_bytes: int, where: str 
     """The CPU tensor stored for a tensor item (``data_name``, or an old dump's ``datapath`` file name,
     inside ``tensor_dir``).
 
-    ``.pt`` files load with ``torch.load(weights_only=True, map_location="cpu")``, ``.npy`` files with
-    ``numpy.load(allow_pickle=False)``; anything else is refused, as are files whose shape differs from the
-    dump's record and files larger than ``max_bytes``.
+    Before anything is loaded, the file's metadata (:func:`generators.tensorfile.read_meta`: the zip
+    directory and pickled record of a ``.pt``, the header of a ``.npy``) gives its dtype, shape and the
+    bytes loading it allocates; a file whose data is over ``max_bytes``, whose metadata disagrees with the
+    file or with dump.json's shape and dtype, or whose storage is larger than its tensor, is refused
+    without reading its data. Then ``.pt`` files load with ``torch.load(weights_only=True,
+    map_location="cpu")``, ``.npy`` files with ``numpy.load(allow_pickle=False)``; anything else is refused.
 
     Raises:
         TensorFileError: with a message naming the file and what to do.
@@ -40,6 +44,9 @@ def load_tensor_file(tensor_dir: str, item: dict, *, max_bytes: int, where: str 
     if size > max_bytes:
         raise TensorFileError(f"{label}tensor file {path} is {size} bytes, over the budget of {max_bytes} "
                               "bytes; raise --msprobe-max-bytes if the machine has the memory")
+    if not path.endswith((".pt", ".npy")):
+        raise TensorFileError(f"{label}The file: {path} is not a pt or numpy file.")
+    _check_meta(path, item, max_bytes, label)
     if path.endswith(".pt"):
         try:
             tensor = torch.load(path, weights_only=True, map_location="cpu")
@@ -74,3 +81,28 @@ def load_tensor_file(tensor_dir: str, item: dict, *, max_bytes: int, where: str 
             raise TensorFileError(f"{label}{path} holds {tensor.dtype} but dump.json records "
                                   f"{item.get('dtype')}; the file does not belong to this entry")
     return tensor
+
+
+def _check_meta(path: str, item: dict, max_bytes: int, label: str) -> None:
+    """Refuse the file from its metadata alone: over budget, lying about its size, or not this entry's tensor."""
+    try:
+        meta = read_meta(path)
+    except (TensorMetaError, OSError) as exc:
+        what = f"it is not a plain tensor file ({exc})" if path.endswith(".pt") else str(exc)
+        raise TensorFileError(f"{label}{path} was refused: {what}; nothing of it was loaded") from None
+    if meta.data_bytes > max_bytes:
+        raise TensorFileError(f"{label}tensor file {path} holds {meta.data_bytes} bytes of data ({meta.elements} "
+                              f"{meta.dtype} elements), over the budget of {max_bytes} bytes; raise "
+                              "--msprobe-max-bytes if the machine has the memory")
+    if meta.data_bytes > meta.tensor_bytes:
+        raise TensorFileError(f"{label}{path} was refused before loading: it holds a storage of {meta.data_bytes} "
+                              f"bytes for a tensor of {meta.tensor_bytes} bytes (shape {list(meta.shape)}); the "
+                              "dumpers save each tensor on its own storage, so the file does not match its entry")
+    shape = item.get("shape")
+    if list(meta.shape) != list(shape or []):
+        raise TensorFileError(f"{label}{path} holds a tensor of shape {list(meta.shape)} but dump.json "
+                              f"records {shape}; the file does not belong to this entry")
+    wanted = fmt.canonical_dtype(item.get("dtype"))
+    if wanted and path.endswith(".pt") and meta.dtype != wanted:
+        raise TensorFileError(f"{label}{path} holds torch.{meta.dtype} but dump.json records "
+                              f"{item.get('dtype')}; the file does not belong to this entry")

@@ -10,9 +10,11 @@ with NaN semantics do not), the sum and the sum of squares.
 float32 data goes in blocks of 256 elements, each block's keys first: a block whose magnitudes keep
 every square and the block's sums in float32's normal range is summed in float32 (8 lanes, no
 conversion; twice as fast as converting every element), and the block sums are added in float64;
-any other block is summed in float64. Mean and Norm come out within about 1e-7 relative of the exact
-values, rounded once to the dtype (as torch returns them; torch's own float32 reductions also differ
-from the exact values in the last bits). float64 data is summed in float64 throughout.
+any other block is summed in float64. Mean and Norm are rounded once to the dtype (as torch returns
+them); they typically come out within about 1e-7 relative of the exact values, and always within the
+float32 summation bound of a block of BLOCK elements in any order (the vector width, and so the order,
+depends on the CPU): gamma_{BLOCK-1} * sum|x| for the sum, plus the float64 sum of the blocks.
+float64 data is summed in float64 throughout.
 
 Only finite data takes this path: a NaN or an infinity makes the sums non-finite and :func:`summarize`
 returns None, so the caller's NaN-aware path decides. Without numba (or with ``MSPROBE_DUMP_JIT=0``)

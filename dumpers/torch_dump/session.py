@@ -203,8 +203,8 @@ class DumpSession:
         """Take over the tensor writer's first error (reported once, dump off); True when the dump is off."""
         if self.writer is not None and not self.dump_off.off:
             error = self.writer.failure()
-            if error is not None:
-                self.dump_off.trip(error)
+            if error is not None:           # the file's path names its step (the writer runs behind training)
+                self.dump_off.trip(error, None, self.step, self.dir)
                 self._switch_off()
         return self.dump_off.off
 

@@ -1,0 +1,318 @@
+"""What a tensor file says it holds, read from its metadata alone: nothing is inflated, allocated or run.
+
+A dumped tensor file is untrusted input. Before it is loaded, its dtype, shape and the bytes its data takes are
+read from the file's own metadata and checked, so that a file that would take more memory than the budget, or
+that lies about its size, is refused before a byte of its data is read:
+
+* ``.pt``, zip format (``torch.save``'s default): the zip's central directory (entry names, declared sizes,
+  compression) and ``data.pkl``, read by a restricted unpickler that builds no storage and runs nothing: the
+  storage's dtype and element count come from its persistent id, the tensor's shape, strides and offset from
+  the arguments of ``torch._utils._rebuild_tensor_v2``. ``torch.save`` stores every entry uncompressed, so a
+  compressed entry is refused (a few MB of deflate stream can claim gigabytes), and each storage's entry
+  must hold exactly the bytes its persistent id declares.
+* ``.pt``, legacy format (``_use_new_zipfile_serialization=False``, what the project's dumper writes): the
+  same pickle, read from the head of the file, then the element count written before the raw data; the
+  file must end exactly where that data ends.
+* ``.npy``: the header (dtype, shape, order); the file must end exactly where the data ends.
+
+:func:`read_meta` returns a :class:`TensorMeta` or raises :class:`TensorMetaError` naming what is wrong.
+Standard library and numpy only (torch is not imported).
+"""
+from __future__ import annotations
+
+import collections
+import io
+import os
+import pickle
+import struct
+import zipfile
+from dataclasses import dataclass
+from typing import Any
+
+PICKLE_LIMIT = 1 << 20          # a tensor's data.pkl is a few hundred bytes; more is not a plain tensor file
+CENTRAL_DIRECTORY_LIMIT = 1 << 20
+MAX_ENTRIES = 64                # torch writes about seven entries per file
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+LEGACY_PROTOCOL = 1001
+
+# torch.<Name>Storage -> (dtype name, bytes per element)
+STORAGE_TYPES = {
+    "FloatStorage": ("float32", 4), "DoubleStorage": ("float64", 8), "HalfStorage": ("float16", 2),
+    "BFloat16Storage": ("bfloat16", 2), "LongStorage": ("int64", 8), "IntStorage": ("int32", 4),
+    "ShortStorage": ("int16", 2), "CharStorage": ("int8", 1), "ByteStorage": ("uint8", 1),
+    "BoolStorage": ("bool", 1), "ComplexFloatStorage": ("complex64", 8), "ComplexDoubleStorage": ("complex128", 16),
+}
+
+
+class TensorMetaError(ValueError):
+    """The file's metadata is unreadable, not one plain tensor, or inconsistent with the file."""
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """dtype (torch name without ``torch.``), shape, and the bytes loading the file allocates."""
+
+    dtype: str
+    shape: tuple
+    data_bytes: int              # the storage (or array) the loader allocates
+    tensor_bytes: int            # elements of ``shape`` times the element size
+
+    @property
+    def elements(self) -> int:
+        return _product(self.shape)
+
+
+def _product(shape: tuple) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+# --- the restricted unpickler: stubs instead of storages and tensors ------------------------------------------
+
+class _StorageType:
+    def __init__(self, name: str) -> None:
+        self.dtype, self.itemsize = STORAGE_TYPES[name]
+
+
+class _Storage:
+    def __init__(self, kind: _StorageType, key: str, numel: int) -> None:
+        self.dtype, self.itemsize, self.key, self.numel = kind.dtype, kind.itemsize, key, numel
+
+
+class _Tensor:
+    def __init__(self, storage: Any, offset: Any, size: Any, stride: Any, *rest: Any) -> None:
+        self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
+
+
+def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *rest: Any) -> _Tensor:
+    return _Tensor(storage, offset, size, stride, *rest)
+
+
+class _MetaUnpickler(pickle.Unpickler):
+    """Only a plain tensor's globals resolve, to stubs; every other global is refused (nothing runs)."""
+
+    def __init__(self, fh: Any, storages: dict) -> None:
+        super().__init__(fh)
+        self.storages = storages
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "torch._utils" and name in ("_rebuild_tensor_v2", "_rebuild_tensor"):
+            return _rebuild_tensor
+        if module == "collections" and name == "OrderedDict":
+            return collections.OrderedDict
+        if module == "torch" and name in STORAGE_TYPES:
+            return _StorageType(name)
+        raise TensorMetaError(f"it refers to {module}.{name}, which a plain tensor file does not")
+
+    def persistent_load(self, pid: Any) -> Any:
+        if not (isinstance(pid, tuple) and len(pid) in (5, 6) and pid[0] == "storage"
+                and isinstance(pid[1], _StorageType) and isinstance(pid[2], str) and _is_count(pid[4])):
+            raise TensorMetaError(f"a storage record {pid!r:.120} is not the one torch.save writes")
+        if len(pid) == 6 and pid[5] is not None:
+            raise TensorMetaError("it holds a storage view, which the dumpers never write")
+        storage = self.storages.get(pid[2])
+        if storage is None:
+            storage = self.storages[pid[2]] = _Storage(pid[1], pid[2], pid[4])
+        elif (storage.dtype, storage.numel) != (pid[1].dtype, pid[4]):
+            raise TensorMetaError(f"storage {pid[2]!r} is declared twice with different sizes")
+        return storage
+
+
+def _is_count(x: Any) -> bool:
+    return type(x) is int and x >= 0
+
+
+def _unpickle(raw: Any, what: str) -> tuple:
+    """(the tensor stub, its storage) from a pickle; only one plain tensor is accepted."""
+    storages: dict = {}
+    try:
+        obj = _MetaUnpickler(raw, storages).load()
+    except TensorMetaError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a hostile pickle may raise anything
+        raise TensorMetaError(f"its {what} is not readable as a tensor record ({type(exc).__name__}: "
+                              f"{str(exc)[:200]})") from None
+    if not isinstance(obj, _Tensor):
+        name = "storage" if isinstance(obj, _Storage) else type(obj).__name__
+        raise TensorMetaError(f"it holds a {name}, not a tensor")
+    if len(storages) != 1 or not isinstance(obj.storage, _Storage):
+        raise TensorMetaError(f"its {what} does not hold one plain tensor on one storage")
+    return obj, obj.storage
+
+
+def _meta_of(tensor: _Tensor, storage: _Storage) -> TensorMeta:
+    size, stride, offset = tensor.size, tensor.stride, tensor.offset
+    if not (isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride)
+            and all(map(_is_count, size)) and all(map(_is_count, stride)) and _is_count(offset)):
+        raise TensorMetaError(f"its shape {size!r:.80}, strides {stride!r:.80} or offset {offset!r:.40} are not "
+                              "those of a tensor")
+    elements = _product(size)
+    if elements:
+        span = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
+        if span > storage.numel:
+            raise TensorMetaError(f"its tensor of shape {list(size)} reaches element {span} of a storage of "
+                                  f"{storage.numel}: the file lies about its size")
+    return TensorMeta(storage.dtype, tuple(size), storage.numel * storage.itemsize, elements * storage.itemsize)
+
+
+# --- .pt, zip format -------------------------------------------------------------------------------------------
+
+_EOCD = struct.Struct("<4s4H2LH")
+_ZIP64_LOCATOR = struct.Struct("<4sLQL")
+_ZIP64_EOCD = struct.Struct("<4sQ2H2L4Q")
+
+
+def _central_directory(fh: Any, file_size: int) -> tuple:
+    """(entries, central directory bytes) from the end-of-central-directory record, before zipfile reads it."""
+    tail_len = min(file_size, _EOCD.size + 65535)
+    fh.seek(file_size - tail_len)
+    tail = fh.read(tail_len)
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or at + _EOCD.size > len(tail):
+        raise TensorMetaError("its zip directory is missing or damaged")
+    _, _, _, _, entries, cd_size, _, _ = _EOCD.unpack_from(tail, at)
+    if entries == 0xFFFF or cd_size == 0xFFFFFFFF:          # zip64: the real values are in the zip64 record
+        loc = at - _ZIP64_LOCATOR.size
+        if loc < 0 or tail[loc:loc + 4] != b"PK\x06\x07":
+            raise TensorMetaError("its zip64 directory is missing or damaged")
+        offset = _ZIP64_LOCATOR.unpack_from(tail, loc)[2]
+        if offset + _ZIP64_EOCD.size > file_size:
+            raise TensorMetaError("its zip64 directory points outside the file")
+        fh.seek(offset)
+        record = fh.read(_ZIP64_EOCD.size)
+        if record[:4] != b"PK\x06\x06":
+            raise TensorMetaError("its zip64 directory is damaged")
+        entries, cd_size = _ZIP64_EOCD.unpack(record)[7:9]
+    return entries, cd_size
+
+
+def _zip_meta(path: str, file_size: int) -> TensorMeta:
+    with open(path, "rb") as fh:
+        entries, cd_size = _central_directory(fh, file_size)
+        if entries > MAX_ENTRIES or cd_size > CENTRAL_DIRECTORY_LIMIT:
+            raise TensorMetaError(f"its zip directory lists {entries} entries ({cd_size} bytes); a tensor file "
+                                  f"has about seven")
+        fh.seek(0)
+        try:
+            archive = zipfile.ZipFile(fh)
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+            raise TensorMetaError(f"its zip directory is not readable ({exc})") from None
+        with archive:
+            infos = archive.infolist()
+            for info in infos:
+                if info.compress_type != zipfile.ZIP_STORED:
+                    raise TensorMetaError(f"its entry {info.filename} is compressed ({info.compress_size} bytes "
+                                          f"declared to inflate to {info.file_size}); torch.save never compresses, "
+                                          "so the file is refused before anything is inflated")
+                if info.compress_size != info.file_size:
+                    raise TensorMetaError(f"its entry {info.filename} declares {info.file_size} bytes but stores "
+                                          f"{info.compress_size}: the file lies about its size")
+                if info.header_offset + info.file_size > file_size:
+                    raise TensorMetaError(f"its entry {info.filename} reaches past the end of the file")
+            pickles = [i for i in infos if i.filename.endswith("data.pkl") and i.filename.count("/") == 1]
+            if len(pickles) != 1:
+                raise TensorMetaError("it has no single <name>/data.pkl entry, so it is not a torch.save file")
+            record = pickles[0]
+            prefix = record.filename[: -len("data.pkl")]
+            if record.file_size > PICKLE_LIMIT:
+                raise TensorMetaError(f"its data.pkl is {record.file_size} bytes, far more than one tensor's record")
+            try:
+                raw = archive.read(record)
+            except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+                raise TensorMetaError(f"its data.pkl is not readable ({exc})") from None
+            tensor, storage = _unpickle(io.BytesIO(raw), "data.pkl")
+            sizes = {i.filename: i.file_size for i in infos}
+            entry = f"{prefix}data/{storage.key}"
+            if entry not in sizes:
+                raise TensorMetaError(f"its storage entry {entry} is missing")
+            if sizes[entry] != storage.numel * storage.itemsize:
+                raise TensorMetaError(f"its storage entry {entry} holds {sizes[entry]} bytes but data.pkl declares "
+                                      f"{storage.numel} {storage.dtype} elements ({storage.numel * storage.itemsize}"
+                                      " bytes): the file lies about its size")
+    return _meta_of(tensor, storage)
+
+
+# --- .pt, legacy format ----------------------------------------------------------------------------------------
+
+def _legacy_meta(path: str, file_size: int) -> TensorMeta:
+    with open(path, "rb") as fh:
+        head = io.BytesIO(fh.read(min(file_size, PICKLE_LIMIT)))
+    try:
+        magic = _MetaUnpickler(head, {}).load()
+        protocol = _MetaUnpickler(head, {}).load()
+        _MetaUnpickler(head, {}).load()                           # sys_info: a dict of plain values
+    except Exception as exc:  # noqa: BLE001 - a hostile file may raise anything
+        raise TensorMetaError(f"its header is not torch.save's ({type(exc).__name__})") from None
+    if magic != LEGACY_MAGIC or protocol != LEGACY_PROTOCOL:
+        raise TensorMetaError("its header is not torch.save's (magic number or protocol differ)")
+    tensor, storage = _unpickle(head, "tensor record")
+    try:
+        keys = _MetaUnpickler(head, {}).load()
+    except Exception as exc:  # noqa: BLE001
+        raise TensorMetaError(f"its storage key list is not readable ({type(exc).__name__})") from None
+    if keys != [storage.key]:
+        raise TensorMetaError("its storage key list does not name the tensor's one storage")
+    count = head.read(8)
+    if len(count) != 8:
+        raise TensorMetaError("it ends before its data")
+    numel = int.from_bytes(count, "little")
+    if numel != storage.numel:
+        raise TensorMetaError(f"its data declares {numel} elements but the tensor record {storage.numel}: the file "
+                              "lies about its size")
+    end = head.tell() + numel * storage.itemsize
+    if end != file_size:
+        raise TensorMetaError(f"it is {file_size} bytes but its metadata makes it {end}: the file lies about its size")
+    return _meta_of(tensor, storage)
+
+
+# --- .npy ------------------------------------------------------------------------------------------------------
+
+def _npy_meta(path: str, file_size: int) -> TensorMeta:
+    import numpy as np
+
+    fmt = np.lib.format
+    with open(path, "rb") as fh:
+        if fh.read(2) == b"PK":
+            raise TensorMetaError("it is an archive, not one .npy array")
+        fh.seek(0)
+        try:
+            version = fmt.read_magic(fh)
+            if version == (1, 0):
+                shape, _, dtype = fmt.read_array_header_1_0(fh)
+            elif version == (2, 0):
+                shape, _, dtype = fmt.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"format version {version} is not read")
+        except Exception as exc:  # noqa: BLE001 - a hostile header may raise anything
+            raise TensorMetaError(f"its .npy header is not readable ({type(exc).__name__}: {exc})") from None
+        start = fh.tell()
+    if dtype.hasobject:
+        raise TensorMetaError("it holds Python objects (a pickled array), which are never loaded")
+    if not all(map(_is_count, shape)):
+        raise TensorMetaError(f"its shape {shape!r} is not an array's")
+    nbytes = _product(tuple(shape)) * dtype.itemsize
+    if start + nbytes != file_size:
+        raise TensorMetaError(f"it is {file_size} bytes but its header makes it {start + nbytes}: the file lies "
+                              "about its size")
+    name = "bool" if dtype.kind == "b" else dtype.name
+    return TensorMeta(name, tuple(shape), nbytes, nbytes)
+
+
+def read_meta(path: str) -> TensorMeta:
+    """The dtype, shape and data size ``path`` declares, checked against the file itself (see module docstring).
+
+    Raises:
+        TensorMetaError: the metadata is unreadable, not one plain tensor, or inconsistent with the file.
+    """
+    file_size = os.stat(path).st_size
+    if path.endswith(".npy"):
+        return _npy_meta(path, file_size)
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic.startswith(b"PK"):
+        return _zip_meta(path, file_size)
+    if magic.startswith(b"\x80"):
+        return _legacy_meta(path, file_size)
+    raise TensorMetaError("it is neither a zip nor a legacy torch.save file")
