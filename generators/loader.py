@@ -16,7 +16,7 @@ from typing import Any
 from dumpers import format as fmt
 from generators import entries, jsonsafe
 from generators.apis import UnknownApiError, prefix_problem, resolve_api
-from generators.ms_apis import check_ms_api
+from generators.ms_apis import check_ms_api, ms_prefix_problem
 from generators.paths import resolve_tensor_dir
 
 DEFAULT_MAX_JSON_BYTES = jsonsafe.DEFAULT_MAX_JSON_BYTES
@@ -150,6 +150,22 @@ def _tensor_items_of(forward: dict, backward: dict | None) -> list:
     return items
 
 
+def _api_problem(call: _Call, framework: str) -> str | None:
+    """Why the call's API cannot be replayed (prefix not replayable, name refused or unknown), or None."""
+    mindspore = framework == "mindspore"
+    problem = ms_prefix_problem(call.prefix) if mindspore else prefix_problem(call.prefix)
+    if problem is not None:
+        return problem
+    try:
+        if mindspore:
+            check_ms_api(call.prefix, call.api)      # resolved (MindSpore imported) only when run
+        else:
+            resolve_api(call.prefix, call.api)
+    except UnknownApiError as exc:
+        return f"unknown API {call.name}: {exc}"
+    return None
+
+
 def _finish(call: _Call, framework: str, dump_json: str, tensor_dir: str | None,
             dir_problem: str | None) -> ApiCase:
     problem = call.problems[0] if call.problems else None
@@ -161,15 +177,7 @@ def _finish(call: _Call, framework: str, dump_json: str, tensor_dir: str | None,
     if problem is None and call.has_backward:
         problem = entries.check_backward(call.backward, f"{call.name}.backward")
     if problem is None:
-        problem = prefix_problem(call.prefix, framework)
-    if problem is None:
-        try:
-            if framework == "mindspore":
-                check_ms_api(call.prefix, call.api)      # resolved (MindSpore imported) only when run
-            else:
-                resolve_api(call.prefix, call.api)
-        except UnknownApiError as exc:
-            problem = f"unknown API {call.name}: {exc}"
+        problem = _api_problem(call, framework)
     forward = call.forward if isinstance(call.forward, dict) else None
     backward = call.backward if isinstance(call.backward, dict) else None
     has_files = False

@@ -1,7 +1,7 @@
 """Exact CSV headers of msprobe's files (code headers, spec precision-standard.md sections 5.7 and 6.2)."""
 from __future__ import annotations
 
-BLANK = " "   # msprobe's SPACE: an unused cell holds one ASCII space
+from dumpers.csvcell import BLANK  # noqa: F401  (msprobe's SPACE: an unused cell holds one ASCII space)
 
 RESULT_HEADER = ["API name", "Forward Test Success", "Backward Test Success", "Message"]
 
