@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dumpers import format as fmt
 from generators import entries
 from generators.budget import default_max_bytes
 from generators.dtypes import info
@@ -59,8 +60,8 @@ def _target_dtype(case: Any, dtype: str) -> str:
 def _tensor_items(case: Any) -> list:
     """(label, item) of every tensor the inputs need: args, kwargs, then the output gradient."""
     forward = case.forward or {}
-    found = [(_label("args", p), item) for p, item in entries.iter_tensor_items(forward.get("input_args"))]
-    found += [(_label("kwargs", p), item) for p, item in entries.iter_tensor_items(forward.get("input_kwargs"))]
+    found = [(_label("args", p), item) for p, item in entries.iter_tensor_items(forward.get(fmt.INPUT_ARGS))]
+    found += [(_label("kwargs", p), item) for p, item in entries.iter_tensor_items(forward.get(fmt.INPUT_KWARGS))]
     grad = _grad_item(case)
     if grad is not None:
         found.append(("grad_output", grad))
@@ -73,7 +74,7 @@ def _label(part: str, path: tuple) -> str:
 
 
 def _grad_item(case: Any) -> dict | None:
-    grads = (case.backward or {}).get("input") or []
+    grads = (case.backward or {}).get(fmt.INPUT) or []
     return grads[0] if grads and entries.is_tensor_item(grads[0]) else None
 
 
@@ -210,8 +211,8 @@ def build_inputs(case: Any, *, random: bool = False, seed: int = 0, max_bytes: i
 
     forward = case.forward or {}
     try:
-        args = decode_value(forward.get("input_args") or [], make("args"))
-        kwargs_raw = forward.get("input_kwargs") or {}
+        args = decode_value(forward.get(fmt.INPUT_ARGS) or [], make("args"))
+        kwargs_raw = forward.get(fmt.INPUT_KWARGS) or {}
         kwargs = {k: decode_value(v, make("kwargs"), (k,)) for k, v in kwargs_raw.items()
                   if k not in DROPPED_KWARGS}
     except ValueDecodeError as exc:

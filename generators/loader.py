@@ -141,10 +141,10 @@ class _Call:
 
 
 def _tensor_items_of(forward: dict, backward: dict | None) -> list:
-    items = [item for part in ("input_args", "input_kwargs")
+    items = [item for part in (fmt.INPUT_ARGS, fmt.INPUT_KWARGS)
              for _, item in entries.iter_tensor_items(forward.get(part))]
     if backward:
-        grads = backward.get("input") or []
+        grads = backward.get(fmt.INPUT) or []
         if grads and entries.is_tensor_item(grads[0]):
             items.append(grads[0])
     return items
@@ -227,7 +227,7 @@ def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -
             call.problems.append(f"{exc}; the entry is not an API call this tool knows how to replay")
             call.has_forward = True
             continue
-        if parsed.kind in ("module", "parameters_grad"):
+        if parsed.kind in fmt.MODULE_KINDS:
             excluded.append(key)
             continue
         name = printable_name(parsed.api_call)
@@ -239,7 +239,7 @@ def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -
         elif raw_names.get(name) != parsed.api_call:
             call.problems.append(f"entries {raw_names.get(name)!r} and {parsed.api_call!r} both print as "
                                  f"{name!r}; the call is ambiguous: rename one of them")
-        if parsed.kind == "jit":
+        if parsed.kind == fmt.KIND_JIT:
             call.problems.append(f"{key}: a Jit entry is a whole jitted function, which cannot be replayed "
                                  "as one API call")
         if key in duplicated:

@@ -42,9 +42,9 @@ def input_tensor_items(case: Any) -> list:
     """The tensor items whose files the call's inputs need: args, kwargs, the output gradient."""
     from generators import entries
     fwd = case.forward or {}
-    items = [item for part in ("input_args", "input_kwargs")
+    items = [item for part in (fmt.INPUT_ARGS, fmt.INPUT_KWARGS)
              for _, item in entries.iter_tensor_items(fwd.get(part))]
-    grads = (case.backward or {}).get("input") or []
+    grads = (case.backward or {}).get(fmt.INPUT) or []
     if grads and entries.is_tensor_item(grads[0]):
         items.append(grads[0])
     return items
@@ -63,7 +63,7 @@ def check_real_data(selected: Sequence[Selected], dump_json: str) -> list:
         if case.problem:
             continue            # replays as SKIP with its reason; nothing to copy
         items = input_tensor_items(case)
-        bare = [it for it in items if "data_name" not in it]
+        bare = [it for it in items if fmt.DATA_NAME not in it]
         if bare:
             raise GenerateError(f"{dump_json}: {case.call_name} has no tensor files (a statistics dump?), which "
                                 "real-data generation needs; use --random to generate inputs from the "
@@ -73,13 +73,13 @@ def check_real_data(selected: Sequence[Selected], dump_json: str) -> list:
                                 "or use --random to generate inputs from the recorded statistics")
         for item in items:
             try:
-                path = safe_join(case.tensor_dir, item["data_name"])
+                path = safe_join(case.tensor_dir, item[fmt.DATA_NAME])
             except PathRefused as exc:
                 raise GenerateError(f"{case.call_name}: {exc}") from None
             if not os.path.isfile(path):
                 raise GenerateError(f"{case.call_name}: tensor file {path} is missing; copy the dump's "
                                     f"{fmt.TENSOR_DIR} completely, or use --random")
-            needed[item["data_name"]] = path
+            needed[item[fmt.DATA_NAME]] = path
     return sorted((path, name) for name, path in needed.items())
 
 
@@ -125,7 +125,7 @@ def _strip_data_names(obj: Any) -> Any:
     if isinstance(obj, list):
         return [_strip_data_names(x) for x in obj]
     if isinstance(obj, dict):
-        return {k: _strip_data_names(v) for k, v in obj.items() if k != "data_name"}
+        return {k: _strip_data_names(v) for k, v in obj.items() if k != fmt.DATA_NAME}
     return obj
 
 
@@ -143,7 +143,7 @@ def mini_dump(plan: Plan, with_files: bool = True) -> dict:
         except ValueError:
             call = key
         else:
-            call = parsed.api_call if parsed.kind not in ("module", "parameters_grad") else None
+            call = parsed.api_call if parsed.kind not in fmt.MODULE_KINDS else None
         if call in wanted and key not in kept:
             kept[key] = _strip_data_names(entry) if plan.random else entry
     return {
