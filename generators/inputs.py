@@ -6,6 +6,7 @@ process, on every xdist worker, whatever else was generated before.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from generators import entries
 from generators.budget import default_max_bytes
 from generators.dtypes import info
 from generators.index_rules import index_bound
-from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate
+from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate, to_tensor
 from generators.real_data import TensorFileError, load_tensor_file
 from generators.values import ValueDecodeError, decode_value
 
@@ -129,19 +130,13 @@ def _postprocess(case: Any, item: dict, tensor: Any) -> Any:
 
 def _random_tensor(case: Any, label: str, path: tuple, item: dict, seed: int, params: GenParams,
                    part: str) -> tuple:
-    import torch
-
     spec = TensorSpec.from_item(item)
-    spec = TensorSpec(_target_dtype(case, spec.dtype), spec.shape, spec.min, spec.max, spec.mean, spec.norm,
-                      spec.min_finite, spec.max_finite)
+    spec = dataclasses.replace(spec, dtype=_target_dtype(case, spec.dtype))
     bound = None
     if part in ("args", "kwargs") and case.forward:
         bound = index_bound(case.prefix, case.api, case.forward, path)
     array = generate(spec, _seed_for(seed, case.name, label), params, index=bound)
-    tensor = torch.from_numpy(np.require(array, requirements="C"))
-    if str(tensor.dtype) != f"torch.{spec.dtype}":
-        tensor = tensor.to(getattr(torch, spec.dtype))
-    return tensor, describe(array, spec)
+    return to_tensor(array, spec.dtype), describe(array, spec)
 
 
 def _join(head: str, lines: list) -> str:

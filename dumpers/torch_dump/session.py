@@ -15,6 +15,7 @@ import weakref
 from typing import Any, Callable, Optional
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from dumpers import format as fmt
 from dumpers import jsonfast
@@ -39,16 +40,13 @@ class DumpPathError(OSError):
 
 def first_tensor(value: Any) -> Optional[torch.Tensor]:
     """The tensor a legacy backward hook attaches to: first dict value / first item, recursively."""
-    depth = 0
-    while not isinstance(value, torch.Tensor) and depth < 16:
-        if isinstance(value, dict):
-            value = next(iter(value.values()), None)
-        elif isinstance(value, (list, tuple)) and value:
-            value = value[0]
-        else:
-            return None
-        depth += 1
-    return value if isinstance(value, torch.Tensor) else None
+    first = next(iter(tree_leaves(value, is_leaf=_ends_descent)), None)
+    return first if isinstance(first, torch.Tensor) else None
+
+
+def _ends_descent(value: Any) -> bool:
+    """None and empty containers are leaves: the first leaf is then the first item at every level."""
+    return value is None or (isinstance(value, (list, tuple, dict)) and not value)
 
 
 def _parts(data_mode: list, direction: str) -> tuple:
