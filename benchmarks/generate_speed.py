@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from pytest_msprobe.generate import generate
+from pytest_msprobe.suite.generate import generate
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "tests" / "data" / "mlp_fp32_tensor_L1" / "step0" / "rank" / "dump.json"

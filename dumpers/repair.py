@@ -93,7 +93,7 @@ def _existing_state(directory: str) -> DumpState:
 
 def _data_names(value, out: list) -> None:
     if isinstance(value, dict):
-        name = value.get("data_name")
+        name = value.get(fmt.DATA_NAME)
         if isinstance(name, str):
             out.append(name)
         for v in value.values():

@@ -53,11 +53,8 @@ class UnknownApiError(LookupError):
     """An API name that cannot be resolved to a callable; the message says why."""
 
 
-def prefix_problem(prefix: str, framework: str) -> str | None:
-    """Why calls with this prefix cannot be replayed here, or None. Cheap: imports nothing."""
-    if framework == "mindspore":
-        from generators.ms_apis import ms_prefix_problem
-        return ms_prefix_problem(prefix)
+def prefix_problem(prefix: str) -> str | None:
+    """Why PyTorch calls with this prefix cannot be replayed here, or None. Cheap: imports nothing."""
     if prefix in fmt.COMMUNICATION_PREFIXES:
         return f"communication op ({prefix}): it needs the other ranks and is not replayed on one process"
     if prefix == "NPU" and importlib.util.find_spec("torch_npu") is None:

@@ -80,8 +80,8 @@ def check_tensor_item(item: dict, where: str) -> str | None:
             return f"{where}.{key} must be a number or null, got {_short(value)}"
     if "requires_grad" in item and not isinstance(item["requires_grad"], bool):
         return f"{where}.requires_grad must be true or false, got {_short(item['requires_grad'])}"
-    if "data_name" in item:
-        return check_data_name(item["data_name"], where)
+    if fmt.DATA_NAME in item:
+        return check_data_name(item[fmt.DATA_NAME], where)
     if "datapath" in item:
         if not isinstance(item["datapath"], str):
             return f"{where}.datapath must be a string, got {_short(item['datapath'])}"
@@ -92,7 +92,7 @@ def check_tensor_item(item: dict, where: str) -> str | None:
 def tensor_file_name(item: dict) -> str | None:
     """The file holding a tensor item: ``data_name``, or the file-name part of an older dump's ``datapath``
     (an absolute path on the training machine; only its last component is used, inside the tensor directory)."""
-    name = item.get("data_name")
+    name = item.get(fmt.DATA_NAME)
     if name is not None:
         return name
     path = item.get("datapath")
@@ -172,16 +172,16 @@ def check_forward(entry: Any, key: str) -> str | None:
     dup = duplicate_problem(entry, key)
     if dup:
         return dup
-    if "input_args" not in entry and "input_kwargs" not in entry:
+    if fmt.INPUT_ARGS not in entry and fmt.INPUT_KWARGS not in entry:
         return (f"{key} has no input_args/input_kwargs (dumped with data_mode 'output'?): "
                 "the call cannot be replayed without its inputs")
-    args = entry.get("input_args", [])
+    args = entry.get(fmt.INPUT_ARGS, [])
     if not isinstance(args, list):
         return f"{key}.input_args must be a list, got {_short(args)}"
-    kwargs = entry.get("input_kwargs", {})
+    kwargs = entry.get(fmt.INPUT_KWARGS, {})
     if not isinstance(kwargs, dict):
         return f"{key}.input_kwargs must be an object, got {_short(kwargs)}"
-    output = entry.get("output", [])
+    output = entry.get(fmt.OUTPUT, [])
     if not isinstance(output, list):
         return f"{key}.output must be a list, got {_short(output)}"
     dup = duplicate_problem(kwargs, f"{key}.input_kwargs")
@@ -201,14 +201,14 @@ def check_backward(entry: Any, key: str) -> str | None:
     dup = duplicate_problem(entry, key)
     if dup:
         return dup
-    for part in ("input", "output"):
+    for part in fmt.BACKWARD_KEYS:
         value = entry.get(part, [])
         if not isinstance(value, list):
             return f"{key}.{part} must be a list, got {_short(value)}"
         problem = check_value(value, f"{key}.{part}")
         if problem:
             return problem
-    grads = entry.get("input", [])
+    grads = entry.get(fmt.INPUT, [])
     if grads and grads[0] is not None and not is_tensor_item(grads[0]):
         return f"{key}.input[0] must be a tensor item (the gradient of output 0), got {_short(grads[0])}"
     return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dumpers import format as fmt
 from generators import entries
 from generators.random_data import IndexBound
 
@@ -58,8 +59,8 @@ def rule_for(prefix: str, api: str) -> IndexRule | None:
 
 def _arg(forward: dict, where: tuple) -> Any:
     pos, key = where[0], where[1]
-    args = forward.get("input_args") or []
-    kwargs = forward.get("input_kwargs") or {}
+    args = forward.get(fmt.INPUT_ARGS) or []
+    kwargs = forward.get(fmt.INPUT_KWARGS) or {}
     if key in kwargs:
         return kwargs[key]
     return args[pos] if 0 <= pos < len(args) else None
@@ -103,7 +104,7 @@ def index_bound(prefix: str, api: str, forward: dict, path: tuple) -> IndexBound
     ignore = None
     if rule.ignore is not None:
         kw, default = rule.ignore
-        value = _int_value((forward.get("input_kwargs") or {}).get(kw))
+        value = _int_value((forward.get(fmt.INPUT_KWARGS) or {}).get(kw))
         ignore = value if value is not None else default
     low = -size if rule.negative else 0
     return IndexBound(low=low, high=size - 1, ignore=ignore)

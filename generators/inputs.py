@@ -6,17 +6,19 @@ process, on every xdist worker, whatever else was generated before.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from dumpers import format as fmt
 from generators import entries
 from generators.budget import default_max_bytes
 from generators.dtypes import info
 from generators.index_rules import index_bound
-from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate
+from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate, to_tensor
 from generators.real_data import TensorFileError, load_tensor_file
 from generators.values import ValueDecodeError, decode_value
 
@@ -59,8 +61,8 @@ def _target_dtype(case: Any, dtype: str) -> str:
 def _tensor_items(case: Any) -> list:
     """(label, item) of every tensor the inputs need: args, kwargs, then the output gradient."""
     forward = case.forward or {}
-    found = [(_label("args", p), item) for p, item in entries.iter_tensor_items(forward.get("input_args"))]
-    found += [(_label("kwargs", p), item) for p, item in entries.iter_tensor_items(forward.get("input_kwargs"))]
+    found = [(_label("args", p), item) for p, item in entries.iter_tensor_items(forward.get(fmt.INPUT_ARGS))]
+    found += [(_label("kwargs", p), item) for p, item in entries.iter_tensor_items(forward.get(fmt.INPUT_KWARGS))]
     grad = _grad_item(case)
     if grad is not None:
         found.append(("grad_output", grad))
@@ -73,7 +75,7 @@ def _label(part: str, path: tuple) -> str:
 
 
 def _grad_item(case: Any) -> dict | None:
-    grads = (case.backward or {}).get("input") or []
+    grads = (case.backward or {}).get(fmt.INPUT) or []
     return grads[0] if grads and entries.is_tensor_item(grads[0]) else None
 
 
@@ -128,19 +130,13 @@ def _postprocess(case: Any, item: dict, tensor: Any) -> Any:
 
 def _random_tensor(case: Any, label: str, path: tuple, item: dict, seed: int, params: GenParams,
                    part: str) -> tuple:
-    import torch
-
     spec = TensorSpec.from_item(item)
-    spec = TensorSpec(_target_dtype(case, spec.dtype), spec.shape, spec.min, spec.max, spec.mean, spec.norm,
-                      spec.min_finite, spec.max_finite)
+    spec = dataclasses.replace(spec, dtype=_target_dtype(case, spec.dtype))
     bound = None
     if part in ("args", "kwargs") and case.forward:
         bound = index_bound(case.prefix, case.api, case.forward, path)
     array = generate(spec, _seed_for(seed, case.name, label), params, index=bound)
-    tensor = torch.from_numpy(np.require(array, requirements="C"))
-    if str(tensor.dtype) != f"torch.{spec.dtype}":
-        tensor = tensor.to(getattr(torch, spec.dtype))
-    return tensor, describe(array, spec)
+    return to_tensor(array, spec.dtype), describe(array, spec)
 
 
 def _join(head: str, lines: list) -> str:
@@ -210,8 +206,8 @@ def build_inputs(case: Any, *, random: bool = False, seed: int = 0, max_bytes: i
 
     forward = case.forward or {}
     try:
-        args = decode_value(forward.get("input_args") or [], make("args"))
-        kwargs_raw = forward.get("input_kwargs") or {}
+        args = decode_value(forward.get(fmt.INPUT_ARGS) or [], make("args"))
+        kwargs_raw = forward.get(fmt.INPUT_KWARGS) or {}
         kwargs = {k: decode_value(v, make("kwargs"), (k,)) for k, v in kwargs_raw.items()
                   if k not in DROPPED_KWARGS}
     except ValueDecodeError as exc:

@@ -16,7 +16,7 @@ from typing import Any
 from dumpers import format as fmt
 from generators import entries, jsonsafe
 from generators.apis import UnknownApiError, prefix_problem, resolve_api
-from generators.ms_apis import check_ms_api
+from generators.ms_apis import check_ms_api, ms_prefix_problem
 from generators.paths import resolve_tensor_dir
 
 DEFAULT_MAX_JSON_BYTES = jsonsafe.DEFAULT_MAX_JSON_BYTES
@@ -163,13 +163,29 @@ class _Call:
 
 
 def _tensor_items_of(forward: dict, backward: dict | None) -> list:
-    items = [item for part in ("input_args", "input_kwargs")
+    items = [item for part in (fmt.INPUT_ARGS, fmt.INPUT_KWARGS)
              for _, item in entries.iter_tensor_items(forward.get(part))]
     if backward:
-        grads = backward.get("input") or []
+        grads = backward.get(fmt.INPUT) or []
         if grads and entries.is_tensor_item(grads[0]):
             items.append(grads[0])
     return items
+
+
+def _api_problem(call: _Call, framework: str) -> str | None:
+    """Why the call's API cannot be replayed (prefix not replayable, name refused or unknown), or None."""
+    mindspore = framework == "mindspore"
+    problem = ms_prefix_problem(call.prefix) if mindspore else prefix_problem(call.prefix)
+    if problem is not None:
+        return problem
+    try:
+        if mindspore:
+            check_ms_api(call.prefix, call.api)      # resolved (MindSpore imported) only when run
+        else:
+            resolve_api(call.prefix, call.api)
+    except UnknownApiError as exc:
+        return f"unknown API {call.name}: {exc}"
+    return None
 
 
 def _finish(call: _Call, framework: str, dump_json: str, tensor_dir: str | None,
@@ -183,15 +199,7 @@ def _finish(call: _Call, framework: str, dump_json: str, tensor_dir: str | None,
     if problem is None and call.has_backward:
         problem = entries.check_backward(call.backward, f"{call.name}.backward")
     if problem is None:
-        problem = prefix_problem(call.prefix, framework)
-    if problem is None:
-        try:
-            if framework == "mindspore":
-                check_ms_api(call.prefix, call.api)      # resolved (MindSpore imported) only when run
-            else:
-                resolve_api(call.prefix, call.api)
-        except UnknownApiError as exc:
-            problem = f"unknown API {call.name}: {exc}"
+        problem = _api_problem(call, framework)
     forward = call.forward if isinstance(call.forward, dict) else None
     backward = call.backward if isinstance(call.backward, dict) else None
     has_files = False
@@ -241,7 +249,7 @@ def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -
             call.problems.append(f"{exc}; the entry is not an API call this tool knows how to replay")
             call.has_forward = True
             continue
-        if parsed.kind in ("module", "parameters_grad"):
+        if parsed.kind in fmt.MODULE_KINDS:
             excluded.append(key)
             continue
         name = printable_name(parsed.api_call)
@@ -253,7 +261,7 @@ def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -
         elif raw_names.get(name) != parsed.api_call:
             call.problems.append(f"entries {raw_names.get(name)!r} and {parsed.api_call!r} both print as "
                                  f"{name!r}; the call is ambiguous: rename one of them")
-        if parsed.kind == "jit":
+        if parsed.kind == fmt.KIND_JIT:
             call.problems.append(f"{key}: a Jit entry is a whole jitted function, which cannot be replayed "
                                  "as one API call")
         if key in duplicated:

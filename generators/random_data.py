@@ -330,6 +330,14 @@ def generate(spec: TensorSpec, rng: np.random.Generator, params: GenParams = Gen
     return _fill_float(rng, spec, dt, params)
 
 
+def to_tensor(array: np.ndarray, dtype: str) -> Any:
+    """The generated ``array`` as a CPU torch tensor of ``dtype`` (bfloat16/float8 from their float32 carrier)."""
+    import torch
+
+    tensor = torch.from_numpy(np.require(array, requirements="C"))
+    return tensor.to(getattr(torch, dtype)) if str(tensor.dtype) != f"torch.{dtype}" else tensor
+
+
 def describe(array: Any, spec: TensorSpec | None = None) -> str:
     """Short text: dtype, shape, achieved min/max/mean/norm (and the recorded targets, when given)."""
     a = np.asarray(array)

@@ -1,12 +1,16 @@
 """Hypothesis strategies for tensors described by dump statistics, in the style of ``hypothesis.extra.numpy``.
 
 Every strategy draws only a seed and a few generation knobs (:class:`~generators.random_data.GenParams`);
-numpy fills the elements in one vectorised pass, so a 10-million-element tensor costs what numpy costs, and
-shrinking works on the knobs: toward seed 0, smaller magnitudes and plain uniform values. Arguments are
-keyword-only and validated when the strategy is built, with messages that say what to pass instead.
+:func:`~generators.random_data.generate` fills the elements in one vectorised numpy pass and
+:func:`~generators.random_data.to_tensor` makes the torch tensor: the same two steps random-data mode runs
+(:mod:`generators.inputs` seeds each tensor from the case instead of drawing the seed). A 10-million-element
+tensor costs what numpy costs, and shrinking works on the knobs: toward seed 0, smaller magnitudes and plain
+uniform values. Arguments are keyword-only and validated when the strategy is built, with messages that say
+what to pass instead.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +22,7 @@ from hypothesis.errors import InvalidArgument
 from dumpers import format as fmt
 from generators import entries
 from generators.dtypes import DTYPES
-from generators.random_data import GenParams, IndexBound, TensorSpec, generate
+from generators.random_data import GenerationError, GenParams, IndexBound, TensorSpec, generate, to_tensor
 
 MAX_SEED = 2 ** 32 - 1
 
@@ -67,6 +71,28 @@ def _canonical(dtype: Any) -> str:
     return name
 
 
+def _check_spec(spec: TensorSpec) -> None:
+    """The checks of recorded statistics, for keyword arguments and dump items alike."""
+    for label, value in (("min_value", spec.min), ("max_value", spec.max), ("mean", spec.mean), ("norm", spec.norm)):
+        _check_number(label, value)
+    _check_number("min_finite", spec.min_finite, allow_non_finite=False)
+    _check_number("max_finite", spec.max_finite, allow_non_finite=False)
+    if (entries.finite(spec.min) and entries.finite(spec.max) and not isinstance(spec.min, bool)
+            and spec.min > spec.max):
+        raise InvalidArgument(f"min_value={spec.min!r} is above max_value={spec.max!r}; swap them")
+    if spec.norm is not None and entries.finite(spec.norm) and spec.norm < 0:
+        raise InvalidArgument(f"norm={spec.norm!r} must be non-negative")
+
+
+def _draw(spec: TensorSpec, index: IndexBound | None, seed: int, params: GenParams) -> np.ndarray:
+    return generate(spec, np.random.default_rng(seed), params, index=index)
+
+
+def _arrays(spec: TensorSpec, *, index: IndexBound | None = None, edge_values: bool = False) -> st.SearchStrategy:
+    """The one strategy shape: a seed and the knobs drawn, the array generated from ``spec``."""
+    return st.builds(functools.partial(_draw, spec, index), seeds(), generation_params(edge_values=edge_values))
+
+
 def arrays_from_stats(*, dtype: Any, shape: Any, min_value: Any = None, max_value: Any = None,
                       mean: float | None = None, norm: float | None = None,
                       min_finite: float | None = None, max_finite: float | None = None,
@@ -78,34 +104,31 @@ def arrays_from_stats(*, dtype: Any, shape: Any, min_value: Any = None, max_valu
     bounded by ``min_finite``/``max_finite`` (the dump's ``*_except_inf_nan``). bfloat16 and float8 arrays
     come back as float32 arrays holding values of that dtype's range; see :func:`tensors_from_stats`.
     """
-    name = _canonical(dtype)
-    shape = _check_shape(shape)
-    for label, value in (("min_value", min_value), ("max_value", max_value), ("mean", mean), ("norm", norm)):
-        _check_number(label, value)
-    _check_number("min_finite", min_finite, allow_non_finite=False)
-    _check_number("max_finite", max_finite, allow_non_finite=False)
-    if (entries.finite(min_value) and entries.finite(max_value) and not isinstance(min_value, bool)
-            and min_value > max_value):
-        raise InvalidArgument(f"min_value={min_value!r} is above max_value={max_value!r}; swap them")
-    if norm is not None and entries.finite(norm) and norm < 0:
-        raise InvalidArgument(f"norm={norm!r} must be non-negative")
-    spec = TensorSpec(name, shape, min_value, max_value, mean, norm, min_finite, max_finite)
-    return st.builds(lambda seed, params: generate(spec, np.random.default_rng(seed), params),
-                     seeds(), generation_params(edge_values=edge_values))
+    spec = TensorSpec(_canonical(dtype), _check_shape(shape), min_value, max_value, mean, norm, min_finite,
+                      max_finite)
+    _check_spec(spec)
+    return _arrays(spec, edge_values=edge_values)
 
 
 def arrays_from_item(item: dict, *, edge_values: bool = False) -> st.SearchStrategy:
-    """Arrays for one dump.json tensor item (``dtype``, ``shape``, ``Max``/``Min``/``Mean``/``Norm``)."""
+    """Arrays for one dump.json tensor item (``dtype``, ``shape``, ``Max``/``Min``/``Mean``/``Norm``).
+
+    The item is read as random-data mode reads it: checked by the dump reader's own rule, then
+    :meth:`TensorSpec.from_item <generators.random_data.TensorSpec.from_item>`.
+    """
     if not entries.is_tensor_item(item):
         raise InvalidArgument(f"item={item!r} is not a dump tensor item (needs type 'torch.Tensor' or "
                               "'mindspore.Tensor')")
     problem = entries.check_tensor_item(item, "item")
     if problem:
         raise InvalidArgument(problem)
-    return arrays_from_stats(dtype=item["dtype"], shape=tuple(item["shape"]), min_value=item.get("Min"),
-                             max_value=item.get("Max"), mean=item.get("Mean"), norm=item.get("Norm"),
-                             min_finite=item.get("Min_except_inf_nan"),
-                             max_finite=item.get("Max_except_inf_nan"), edge_values=edge_values)
+    try:
+        spec = TensorSpec.from_item(item)
+    except GenerationError:
+        _canonical(item.get("dtype"))       # says which dtypes are supported
+        raise
+    _check_spec(spec)
+    return _arrays(spec, edge_values=edge_values)
 
 
 def index_arrays(*, shape: Any, size: int, dtype: Any = "int64", min_value: int | None = None,
@@ -126,19 +149,10 @@ def index_arrays(*, shape: Any, size: int, dtype: Any = "int64", min_value: int 
     bound = IndexBound(low=-size if negative else 0, high=size - 1, ignore=ignore_index)
     lo = bound.low if min_value is None else min_value
     hi = bound.high if max_value is None else max_value
-    spec = TensorSpec(name, shape, lo, hi)
-    return st.builds(lambda seed, params: generate(spec, np.random.default_rng(seed), params, index=bound),
-                     seeds(), generation_params())
+    return _arrays(TensorSpec(name, shape, lo, hi), index=bound)
 
 
 def tensors_from_stats(**kwargs: Any) -> st.SearchStrategy:
     """Like :func:`arrays_from_stats`, as CPU torch tensors of the exact dtype (bfloat16 included)."""
     name = _canonical(kwargs.get("dtype"))
-
-    def to_tensor(array: np.ndarray) -> Any:
-        import torch
-
-        tensor = torch.from_numpy(np.require(array, requirements="C"))
-        return tensor.to(getattr(torch, name)) if str(tensor.dtype) != f"torch.{name}" else tensor
-
-    return arrays_from_stats(**kwargs).map(to_tensor)
+    return arrays_from_stats(**kwargs).map(functools.partial(to_tensor, dtype=name))

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from pytest_msprobe import cli
-from pytest_msprobe.report import apc_cli
+from pytest_msprobe.cli import api_precision_compare
 
 REAL = "mlp_fp32_tensor_L1_acc_check/accuracy_checking_details_20261130135251.csv"
 
@@ -73,8 +73,8 @@ def test_unknown_standard_is_usage_error(data_dir):
 
 
 def test_help_texts():
-    assert "-npu NPU.csv -gpu GPU.csv" in apc_cli.EPILOG
-    assert "Exit status" in apc_cli.DESCRIPTION
+    assert "-npu NPU.csv -gpu GPU.csv" in api_precision_compare.EPILOG
+    assert "Exit status" in api_precision_compare.DESCRIPTION
 
 
 def test_console_script_runs(pair, tmp_path):

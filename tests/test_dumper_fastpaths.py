@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dumpers import format as fmt
+from dumpers import jsonfast
 from dumpers.journal import JournalWriter, read_journal
 from dumpers.torch_dump import PrecisionDebugger
 from dumpers.torch_dump.jsontext import dump_json_text, entry_text
@@ -465,7 +466,7 @@ def test_renderer_fast_paths_equal_json_dumps(data):
     obj = data.draw(st.dictionaries(st.sampled_from(["input_args", "input_kwargs", "output", "input"]), tree,
                                     max_size=3))
     level = data.draw(st.integers(0, 3))
-    assert fmt.dumps_json_fast(obj, level) == _reference_at(obj, level)
+    assert jsonfast.dumps_json_fast(obj, level) == _reference_at(obj, level)
 
 
 def test_stack_capture_reuse_matches_a_fresh_walk_for_loops_generators_and_callers(tmp_path):
@@ -519,7 +520,7 @@ def test_renderer_caches_never_confuse_true_with_one():
         for shape in shapes:
             obj = {"output": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": shape, "Max": 1.0,
                                "Min": 0.0, "Mean": 0.5, "Norm": 1.0, "requires_grad": False}]}
-            assert fmt.dumps_json_fast(obj, 1) == _reference_at(obj, 1)
+            assert jsonfast.dumps_json_fast(obj, 1) == _reference_at(obj, 1)
 
 
 def test_process_writer_ring_wraps_waits_and_writes_oversized_tensors_itself(tmp_path):

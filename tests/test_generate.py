@@ -13,8 +13,9 @@ import sys
 import pytest
 
 from pytest_msprobe import cli
-from pytest_msprobe.generate import GenerateError, generate, script_name
-from pytest_msprobe.generate_code import literal
+from pytest_msprobe.suite.generate import generate
+from pytest_msprobe.suite.plan import GenerateError, script_name
+from pytest_msprobe.suite.code import literal
 from pytest_msprobe.report.columns import DETAILS_HEADER
 
 TENSOR = ("mlp_fp32_tensor_L1", "step0", "rank", "dump.json")

@@ -14,7 +14,7 @@ import torch  # noqa: F401 - imported before pytester snapshots sys.modules: tor
 
 import generators.inputs  # noqa: F401 - the same, and keeps in-process runs fast
 import pytest_msprobe.precision.compare  # noqa: F401
-from pytest_msprobe.generate import generate
+from pytest_msprobe.suite.generate import generate
 from pytest_msprobe.report import acc_csv
 
 PLANTED = '''

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from pytest_msprobe import testing
-from pytest_msprobe.generate import generate
+from pytest_msprobe.suite.generate import generate
 
 DATA = pathlib.Path(__file__).parent / "data"
 BACKENDS = '''
@@ -95,3 +95,18 @@ def test_reproduction_script_runs_without_pytest(suite, tmp_path):
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
     assert "verdict: forward pass, backward pass" in res.stdout, res.stdout + res.stderr
     assert "exit 0" in res.stdout and "pytest imported: False" in res.stdout
+
+
+def test_generated_files_import_the_stable_testing_path(suite, tmp_path):
+    """Every suite ever generated imports ``pytest_msprobe.testing``: that path stays the runtime's face."""
+    from pytest_msprobe.suite import runtime
+
+    module = (suite / "out" / "test_msprobe.py").read_text(encoding="utf-8")
+    assert "from pytest_msprobe.testing import check_call" in module
+    for name in testing.__all__:
+        assert getattr(testing, name) is getattr(runtime, name), name
+    old = tmp_path / "old"                    # a suite file as earlier versions wrote it, run by plain pytest
+    shutil.copytree(suite / "out", old)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+                          str(old)], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0 and "2 passed" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]

@@ -46,6 +46,40 @@ def test_check_arrays_special_cases():
     assert shape.verdict == "Unmatched"
 
 
+def _metric_cases() -> list:
+    rng = np.random.default_rng(7)
+    big = rng.standard_normal(3 * compare.CHUNK + 17)
+    cases = [
+        (np.array([1.0, 2.0]), np.array([1.0, 2.5])),
+        (rng.standard_normal(1000), rng.standard_normal(1000)),
+        (big, big + rng.standard_normal(big.size) * 1e-3),             # several chunks: unscaled sums
+        (big * 1e200, big * 1e200 * (1 + 1e-6)),                       # several chunks, extreme: scaled
+        (np.full(compare.CHUNK, 3.0), np.full(compare.CHUNK, 3.0)),
+        (np.zeros(5), np.zeros(5)),
+        (np.zeros(5), np.ones(5)),
+        (np.full(4, 1e-17), np.ones(4)),                               # all "zero" by max |x| <= eps
+        (np.full(4, 1e-17), np.full(4, 2e-17)),
+        (np.r_[1.0, np.nan, 2.0], np.r_[1.0, 2.0, 3.0]),
+        (np.r_[1.0, 2.0, 3.0], np.r_[1.0, np.inf, 3.0]),
+        (np.r_[-np.inf, 2.0], np.r_[1.0, 2.0]),
+        (-rng.standard_normal(70000), rng.standard_normal(70000)),
+    ]
+    return cases
+
+
+@pytest.mark.parametrize("case", range(len(_metric_cases())))
+def test_metrics_equal_the_checkers(case):
+    """Online dispatch computes Cosine/MaxAbsErr itself (no checker import); the numbers are the checker's."""
+    from pytest_msprobe.precision.metrics import cosine, max_abs_error
+
+    bench, device = _metric_cases()[case]
+    ours, theirs = compare.cosine(bench, device), cosine(bench, device)
+    assert ours == theirs or (math.isnan(ours) and math.isnan(theirs))
+    ours, theirs = compare.max_abs_error(bench, device), max_abs_error(bench, device)
+    assert ours == theirs or (math.isnan(ours) and math.isnan(theirs))
+    assert compare.max_abs_error(np.zeros(0), np.zeros(0)) == max_abs_error(np.zeros(0), np.zeros(0)) == 0.0
+
+
 def test_check_arrays_values():
     rng = np.random.default_rng(0)
     bench = rng.standard_normal(1000)

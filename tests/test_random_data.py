@@ -81,6 +81,21 @@ def test_streams_are_independent_of_build_order():
     assert digest(build_inputs(cases["Tensor.add_.0"], seed=5)) != digest(build_inputs(cases["Tensor.add_.4"], seed=5))
 
 
+def test_random_mode_is_the_strategies_generator_and_conversion():
+    """Random-data mode makes each tensor as generators.strategies does: the item read by TensorSpec.from_item,
+    the values from generate, the tensor from to_tensor; only the seed comes from the case, not from Hypothesis."""
+    from generators import inputs as inputs_module
+    from generators.random_data import to_tensor
+
+    case = load_dump(STATS).by_name()["Torch.relu.0"]
+    params = GenParams(0.5, False, True)
+    built = build_inputs(case, random=True, seed=11, params=params)
+    item = case.forward["input_args"][0]
+    spec = TensorSpec.from_item(item)
+    expected = to_tensor(generate(spec, inputs_module._seed_for(11, case.name, "args[0]"), params), spec.dtype)
+    assert built.args[0].dtype == expected.dtype and torch.equal(built.args[0], expected)
+
+
 def test_mean_and_norm_close_to_recorded_for_the_sample():
     case = load_dump(STATS).by_name()["Functional.linear.0"]
     inputs = build_inputs(case)

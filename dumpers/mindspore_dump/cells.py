@@ -56,8 +56,8 @@ class CellHooks:
                 if want:
                     entry = {}
                     if self.filter.wants_inputs():
-                        entry["input_args"] = self.summariser.encode_list(inputs, key, fmt.CAT_INPUT)
-                        entry["input_kwargs"] = {}
+                        entry[fmt.INPUT_ARGS] = self.summariser.encode_list(inputs, key, fmt.CAT_INPUT)
+                        entry[fmt.INPUT_KWARGS] = {}
                 self._pending[key] = (entry, call_stack() if want else None)
             finally:
                 self.busy = False
@@ -74,7 +74,7 @@ class CellHooks:
                 try:
                     if entry is not None:
                         if self.filter.wants_outputs():
-                            entry["output"] = self.summariser.encode_list(outputs, key, fmt.CAT_OUTPUT)
+                            entry[fmt.OUTPUT] = self.summariser.encode_list(outputs, key, fmt.CAT_OUTPUT)
                         entry["parameters"] = {
                             name: self.summariser.encode(p, key, "parameters", (name,), 1)
                             for name, p in getattr(cell, "_params", {}).items()}
@@ -132,9 +132,9 @@ class CellHooks:
                     return
                 entry = {}
                 if self.filter.wants_inputs():
-                    entry["input"] = self.summariser.encode_list(grad_output, key, fmt.CAT_INPUT)
+                    entry[fmt.INPUT] = self.summariser.encode_list(grad_output, key, fmt.CAT_INPUT)
                 if self.filter.wants_outputs():
-                    entry["output"] = self.summariser.encode_list(grad_input, key, fmt.CAT_OUTPUT)
+                    entry[fmt.OUTPUT] = self.summariser.encode_list(grad_input, key, fmt.CAT_OUTPUT)
                 if entry:
                     self._add(key, entry)
             finally:

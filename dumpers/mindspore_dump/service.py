@@ -216,8 +216,8 @@ class DumpService(CellHooks):
             want = self.filter.wants(key, api_call, fmt.FORWARD)
             entry: dict = {}
             if want and self.filter.wants_inputs():
-                entry["input_args"] = self.summariser.encode_list(args, key, fmt.CAT_INPUT)
-                entry["input_kwargs"] = self.summariser.encode_kwargs(kwargs, key)
+                entry[fmt.INPUT_ARGS] = self.summariser.encode_list(args, key, fmt.CAT_INPUT)
+                entry[fmt.INPUT_KWARGS] = self.summariser.encode_kwargs(kwargs, key)
             inplace = is_inplace(prefix, name)
             if recording_grad() and not inplace and _has_tensor(args):
                 out = self._run_with_grad_hooks(original, args, kwargs, api_call)
@@ -227,7 +227,7 @@ class DumpService(CellHooks):
                 self.summariser.forget()       # tensors may have changed in place (jit: optimizers do)
             if want:
                 if self.filter.wants_outputs():
-                    entry["output"] = self.summariser.encode_list(out, key, fmt.CAT_OUTPUT)
+                    entry[fmt.OUTPUT] = self.summariser.encode_list(out, key, fmt.CAT_OUTPUT)
                 if entry:
                     self._add(key, entry, call_stack())
             return out
@@ -297,9 +297,9 @@ class DumpService(CellHooks):
                 return
             entry = {}
             if self.filter.wants_inputs():
-                entry["input"] = self.summariser.encode_list(grads_of_outputs, key, fmt.CAT_INPUT)
+                entry[fmt.INPUT] = self.summariser.encode_list(grads_of_outputs, key, fmt.CAT_INPUT)
             if self.filter.wants_outputs():
-                entry["output"] = self.summariser.encode_list(grads_of_inputs, key, fmt.CAT_OUTPUT)
+                entry[fmt.OUTPUT] = self.summariser.encode_list(grads_of_inputs, key, fmt.CAT_OUTPUT)
             if entry:
                 self._add(key, entry)
         finally:

@@ -117,7 +117,7 @@ class Summariser:
         if self.md5:
             item["md5"] = crc32_hex(arr)
         if self.tensor_dir is not None and name is not None and self._save(arr, name):
-            item["data_name"] = name
+            item[fmt.DATA_NAME] = name
         return item
 
     def _save(self, arr: np.ndarray, name: str) -> bool:

@@ -12,10 +12,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from pytest_msprobe.report.fmt import format_cell, safe_text
+from dumpers.csvcell import BLANK, format_cell, safe_text
 
 from . import compare, tensors
-from .output import BLANK, CPU_DIR, FILE_MODE, NPU_DIR
+from .output import CPU_DIR, FILE_MODE, NPU_DIR
 
 DUMP_NEVER, DUMP_ALWAYS, DUMP_IF_FAILED = "never", "always", "if_failed"
 

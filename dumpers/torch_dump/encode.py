@@ -6,6 +6,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from dumpers import format as fmt
 from dumpers.torch_dump.stats import StatBatch
 
 log = logging.getLogger("pytest_msprobe.dump")
@@ -43,7 +44,7 @@ class Encoder:
 
     def encode(self, value: Any, path: tuple, key: Optional[str] = None, depth: int = 0) -> Any:
         if isinstance(value, torch.Tensor):
-            item = self.batch.add(value, path[0] == "output" or value.requires_grad)
+            item = self.batch.add(value, path[0] == fmt.CAT_OUTPUT or value.requires_grad)
             if self.on_tensor is not None:
                 self.on_tensor(value, item, path)
             return item
@@ -84,12 +85,12 @@ class Encoder:
         return None
 
     def args(self, args: tuple) -> list:
-        return [self.encode(v, ("input", i)) for i, v in enumerate(args)]
+        return [self.encode(v, (fmt.CAT_INPUT, i)) for i, v in enumerate(args)]
 
     def kwargs(self, kwargs: dict) -> dict:
-        return {str(k): self.encode(v, ("kwargs", k), str(k)) for k, v in kwargs.items()}
+        return {str(k): self.encode(v, (fmt.CAT_KWARGS, k), str(k)) for k, v in kwargs.items()}
 
-    def outputs(self, result: Any, category: str = "output") -> list:
+    def outputs(self, result: Any, category: str = fmt.CAT_OUTPUT) -> list:
         """A result as the ``output`` list: tuples/lists item-wise, anything else wrapped in a list."""
         self.batch.new_phase()
         if isinstance(result, (tuple, list)) and not isinstance(result, torch.Size):

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from dumpers import format as fmt
+from dumpers import jsonfast
 
 ENTRY_LEVEL = 2                       # dump.json -> "data" -> entry
 _ESC = json.encoder.encode_basestring_ascii
@@ -26,12 +27,12 @@ def entry_text(entry: dict) -> str:
     Encoded strings never hold a raw newline (JSON escapes them), so every newline of the text is
     structural and indenting it shifts the whole value two levels deeper.
     """
-    return fmt.dumps_json_fast(entry, ENTRY_LEVEL)
+    return jsonfast.dumps_json_fast(entry, ENTRY_LEVEL)
 
 
 def dump_json_text(header: dict, texts: dict) -> str:
     """dump.json from its header fields and the finished text of every entry (key -> text), in order."""
-    head = fmt.dumps_json_fast({**header, "data": None})
+    head = jsonfast.dumps_json_fast({**header, "data": None})
     if not head.endswith(_TAIL):
         raise ValueError("dump.json header must be a dict of plain values without a 'data' key")
     head = head[: -len("null\n}")]
@@ -42,9 +43,10 @@ def dump_json_text(header: dict, texts: dict) -> str:
 
 
 # --- entries of plain calls, rendered as they are encoded (see DumpSession._plain_begin) ------------------
-_I = fmt._INDENTS
+_I = jsonfast.INDENTS
 _PLAIN_SCALARS = {bool: "bool", int: "int", float: "float", str: "str"}
 ITEM_LEVEL = ENTRY_LEVEL + 2          # entry -> "input_args" list -> item
+_ARGS, _KWARGS, _OUTPUT, _INPUT = (_ESC(key) for key in (fmt.INPUT_ARGS, fmt.INPUT_KWARGS, fmt.OUTPUT, fmt.INPUT))
 
 
 def plain_value(value: Any) -> bool:
@@ -65,15 +67,15 @@ def item_text(value: Any, batch: Any, cacheable: bool, on_tensor: Any = None, pa
     kind = _PLAIN_SCALARS.get(type(value))
     if kind is not None:
         i = _I[ITEM_LEVEL + 1]
-        return f'{{{i}"type": "{kind}",{i}"value": {fmt._SCALAR_TEXT[type(value)](value)}{_I[ITEM_LEVEL]}}}'
+        return f'{{{i}"type": "{kind}",{i}"value": {jsonfast.SCALAR_TEXT[type(value)](value)}{_I[ITEM_LEVEL]}}}'
     if on_tensor is None:
         return batch.text(value, cacheable or value.requires_grad, ITEM_LEVEL)
     item = batch.add(value, cacheable or value.requires_grad)
     on_tensor(value, item, path)
     if batch.pending:
         batch.resolve()
-    text = fmt._tensor_item_text(item, ITEM_LEVEL)
-    return text if text is not None else fmt.dumps_json_fast(item, ITEM_LEVEL)
+    text = jsonfast.tensor_item_text(item, ITEM_LEVEL)
+    return text if text is not None else jsonfast.dumps_json_fast(item, ITEM_LEVEL)
 
 
 def list_text(items: list) -> str:
@@ -94,10 +96,9 @@ def dict_text(items: dict) -> str:
 
 def forward_text(args: str, kwargs: str, output: str) -> str:
     i = _I[ENTRY_LEVEL + 1]
-    return (f'{{{i}"input_args": {args},{i}"input_kwargs": {kwargs},{i}"output": {output}'
-            f'{_I[ENTRY_LEVEL]}}}')
+    return f"{{{i}{_ARGS}: {args},{i}{_KWARGS}: {kwargs},{i}{_OUTPUT}: {output}{_I[ENTRY_LEVEL]}}}"
 
 
 def backward_text(inputs: str, outputs: str) -> str:
     i = _I[ENTRY_LEVEL + 1]
-    return f'{{{i}"input": {inputs},{i}"output": {outputs}{_I[ENTRY_LEVEL]}}}'
+    return f"{{{i}{_INPUT}: {inputs},{i}{_OUTPUT}: {outputs}{_I[ENTRY_LEVEL]}}}"

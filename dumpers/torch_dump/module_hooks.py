@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from dumpers import format as fmt
 from dumpers.torch_dump.session import OPTIMIZER_NODE, DumpSession
 
 warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed with respect "
@@ -163,7 +164,7 @@ class ModuleHooks:
 
             batch = StatBatch(s.md5, s.cache)
             enc = Encoder(batch, s._tensor_hook(key))
-            entry = {n: [enc.encode(p.grad, ("parameters_grad", n))] for n, p in seen.items()}
+            entry = {n: [enc.encode(p.grad, (fmt.PARAMETERS_GRAD, n))] for n, p in seen.items()}
             batch.resolve()
             s.record(key, entry)
         except Exception as exc:  # noqa: BLE001

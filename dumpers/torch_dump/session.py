@@ -15,9 +15,11 @@ import weakref
 from typing import Any, Callable, Optional
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from dumpers import atomic
 from dumpers import format as fmt
+from dumpers import jsonfast
 from dumpers.config import DumpConfig
 from dumpers.dumpoff import DumpOff
 from dumpers.journal import JournalWriter
@@ -40,16 +42,13 @@ class DumpPathError(OSError):
 
 def first_tensor(value: Any) -> Optional[torch.Tensor]:
     """The tensor a legacy backward hook attaches to: first dict value / first item, recursively."""
-    depth = 0
-    while not isinstance(value, torch.Tensor) and depth < 16:
-        if isinstance(value, dict):
-            value = next(iter(value.values()), None)
-        elif isinstance(value, (list, tuple)) and value:
-            value = value[0]
-        else:
-            return None
-        depth += 1
-    return value if isinstance(value, torch.Tensor) else None
+    first = next(iter(tree_leaves(value, is_leaf=_ends_descent)), None)
+    return first if isinstance(first, torch.Tensor) else None
+
+
+def _ends_descent(value: Any) -> bool:
+    """None and empty containers are leaves: the first leaf is then the first item at every level."""
+    return value is None or (isinstance(value, (list, tuple, dict)) and not value)
 
 
 def _parts(data_mode: list, direction: str) -> tuple:
@@ -278,7 +277,7 @@ class DumpSession:
 
         def save(t: torch.Tensor, item: dict, path: tuple) -> None:
             name = fmt.data_name(key, path[0], path[1:], ".pt")
-            item["data_name"] = name
+            item[fmt.DATA_NAME] = name
             full = os.path.join(tdir, name)
             if len(full) > 4096 or len(name) > 255:
                 log.warning("msprobe dump: path too long, tensor file skipped: %s", name)
@@ -317,8 +316,8 @@ class DumpSession:
             batch = StatBatch(self.md5, self.cache if use_cache else None)
             enc = Encoder(batch, self._tensor_hook(key, dedupe=use_cache))
             if self.fwd_in:
-                entry["input_args"] = enc.args(args)
-                entry["input_kwargs"] = enc.kwargs(kwargs)
+                entry[fmt.INPUT_ARGS] = enc.args(args)
+                entry[fmt.INPUT_KWARGS] = enc.kwargs(kwargs)
             sid = self.stack_id(stacklib.capture(skip_code))
         return Pending(key, batch, enc, entry, sid, parent, record, self.fwd_out)
 
@@ -328,7 +327,7 @@ class DumpSession:
         if not p.record:
             return
         if p.want_out:
-            p.entry["output"] = p.enc.outputs(as_list if as_list is not None else result)
+            p.entry[fmt.OUTPUT] = p.enc.outputs(as_list if as_list is not None else result)
         if extra:
             for name, value in extra.items():
                 p.entry[name] = value(p.enc) if callable(value) else value
@@ -398,12 +397,12 @@ class DumpSession:
         enc = Encoder(batch, self._tensor_hook(key))
         entry: dict = {}
         if self.bwd_in:
-            entry["input"] = enc.outputs(tuple(grad_outputs), "input")
+            entry[fmt.INPUT] = enc.outputs(tuple(grad_outputs), "input")
         if self.bwd_out:
             grads = tuple(grad_inputs)
             if drop_all_none and all(g is None for g in grads):
                 grads = ()
-            entry["output"] = enc.outputs(grads, "output")
+            entry[fmt.OUTPUT] = enc.outputs(grads, "output")
         batch.resolve()
         self.record(key, entry)
 
@@ -489,7 +488,7 @@ class DumpSession:
             else:
                 values = (result,)
             if not all(map(plain_value, values)):
-                output = fmt.dumps_json_fast(Encoder(batch, hook).outputs(result), ENTRY_LEVEL + 1)
+                output = jsonfast.dumps_json_fast(Encoder(batch, hook).outputs(result), ENTRY_LEVEL + 1)
             elif hook is None:
                 text = batch.text
                 output = list_text([text(v, True, ITEM_LEVEL) if type(v) is torch.Tensor

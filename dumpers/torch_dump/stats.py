@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from dumpers import format as fmt
+from dumpers import jsonfast
 from dumpers.torch_dump import fastreduce
 
 _EXTRA_KEYS = ("Max_except_inf_nan", "Min_except_inf_nan", "md5")
@@ -294,11 +295,11 @@ class StatBatch:
             if hit is not None and hit[1] == version and hit[0]() is t:
                 mx, mn, mean, norm, extra = hit[2]
                 if extra is FINITE:      # four finite floats (the one-pass kernel's): the short renderer
-                    text = fmt.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
+                    text = jsonfast.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
                     if text is not None:
                         return text
                 elif extra is None:
-                    text = fmt.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
+                    text = jsonfast.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
                     if text is not None:
                         return text
                 return self._text_of(t, cacheable, level)
@@ -315,7 +316,7 @@ class StatBatch:
                 self.twins[id(t)] = (t, version, t, values)
                 if cacheable and cache is not None:
                     cache.put_numbers(t, version, (mx, mn, mean, norm, FINITE))
-            text = fmt.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
+            text = jsonfast.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
             return text if text is not None else self._text_of(t, cacheable, level)
         data = t.detach() if requires_grad else t
         values = _cpu_numbers(data, kind)
@@ -329,15 +330,15 @@ class StatBatch:
             self.twins[id(t)] = (t, version, data, values)
             if cacheable and cache is not None:
                 cache.put_numbers(t, version, (mx, mn, mean, norm, None))
-        text = fmt.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
+        text = jsonfast.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
         return text if text is not None else self._text_of(t, cacheable, level)
 
     def _text_of(self, t: torch.Tensor, cacheable: bool, level: int) -> str:
         item = self.add(t, cacheable)
         if self.pending:
             self.resolve()
-        text = fmt._tensor_item_text(item, level)
-        return text if text is not None else fmt.dumps_json_fast(item, level)
+        text = jsonfast.tensor_item_text(item, level)
+        return text if text is not None else jsonfast.dumps_json_fast(item, level)
 
     def resolve(self) -> None:
         """Fill every pending item with one host transfer per device.

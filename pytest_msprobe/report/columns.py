@@ -1,9 +1,9 @@
 """Exact CSV headers of msprobe's files (code headers, spec precision-standard.md sections 5.7 and 6.2)."""
 from __future__ import annotations
 
-from ..precision.fields import DETAIL_METRIC_FIELDS
+from dumpers.csvcell import BLANK  # noqa: F401  (msprobe's SPACE: an unused cell holds one ASCII space)
 
-BLANK = " "   # msprobe's SPACE: an unused cell holds one ASCII space
+from ..precision.fields import DETAIL_METRIC_FIELDS
 
 RESULT_HEADER = ["API name", "Forward Test Success", "Backward Test Success", "Message"]
 

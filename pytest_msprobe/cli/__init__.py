@@ -1,7 +1,7 @@
 """The ``pytest-msprobe`` console command: subcommands for what is not a pytest run.
 
-Each subcommand lives in its own module; this file only maps names to them, so ``--help`` is fast and a
-broken subcommand cannot break the others.
+Each subcommand lives in its own module of this package (``add_arguments(parser)``, ``run(args) -> int``);
+this file only maps names to them, so ``--help`` is fast and a broken subcommand cannot break the others.
 """
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from typing import Callable, Optional, Sequence
 
 # name -> (module, summary). The module defines add_arguments(parser) and run(args) -> int.
 SUBCOMMANDS = {
-    "api-precision-compare": ("pytest_msprobe.report.apc_cli",
+    "api-precision-compare": ("pytest_msprobe.cli.api_precision_compare",
                               "compare NPU and GPU accuracy_checking_details CSVs (final verdict)"),
-    "grad-compare": ("dumpers.grad_probe.cli", "compare two grad_probe dumps step by step"),
-    "repair-dump": ("generators.repair_cli", "finalise a dump whose training process died mid-step"),
-    "summary": ("pytest_msprobe.report.summary_cli", "summarise an accuracy_checking_result CSV"),
-    "generate": ("pytest_msprobe.generate_cli", "turn captured calls into a committed regression test suite"),
-    "html-report": ("pytest_msprobe.report.html_cli", "render the HTML report of an accuracy-check run"),
+    "grad-compare": ("pytest_msprobe.cli.grad_compare", "compare two grad_probe dumps step by step"),
+    "repair-dump": ("pytest_msprobe.cli.repair_dump", "finalise a dump whose training process died mid-step"),
+    "summary": ("pytest_msprobe.cli.summary", "summarise an accuracy_checking_result CSV"),
+    "generate": ("pytest_msprobe.cli.generate", "turn captured calls into a committed regression test suite"),
+    "html-report": ("pytest_msprobe.cli.html_report", "render the HTML report of an accuracy-check run"),
 }
 
 
@@ -82,6 +82,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"pytest-msprobe {args.command}: error: {exc}", file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

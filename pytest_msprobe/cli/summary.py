@@ -9,8 +9,8 @@ import argparse
 import os
 from collections import Counter
 
-from . import acc_csv
-from .columns import DETAILS_HEADER
+from ..report import acc_csv
+from ..report.columns import DETAILS_HEADER
 
 DESCRIPTION = "Summarise an accuracy_checking_result CSV (ours or msprobe's): counts and the failing APIs."
 EPILOG = "example: pytest-msprobe summary out/accuracy_checking_result_20260101120000.csv --top 20"

@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .html import render_report
+    from ..report.html import render_report
 
     path = render_report(args.result_csv, args.details, args.output, dump_dir=args.dump,
                          compare_csv=args.compare)

@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: Any) -> int:
-    from .generate import DEFAULT_SEED, GenerateError, generate
+    from ..suite.generate import generate
+    from ..suite.plan import DEFAULT_SEED, GenerateError
     if args.seed is not None and not 0 <= args.seed < 2 ** 32:
         print(f"pytest-msprobe generate: error: --seed {args.seed} is out of range; use 0 to 4294967295",
               file=sys.stderr)

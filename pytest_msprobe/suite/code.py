@@ -10,7 +10,7 @@ from typing import Any
 
 from dumpers import format as fmt
 
-from .generate import HEADER_MARK, Plan, Selected, comment_lines
+from .plan import HEADER_MARK, Plan, Selected, comment_lines, script_name
 
 _ARG_LIMIT = 48          # characters of one argument's description in a comment
 _MAX_ITEMS = 6           # list elements described before "..."
@@ -57,10 +57,10 @@ def _describe(value: Any, depth: int = 0) -> str:
 def signature(case: Any) -> str:
     """``gelu(float32[8, 32]) -> float32[8, 32]`` from the forward entry."""
     fwd = case.forward or {}
-    args = [_describe(a) for a in (fwd.get("input_args") or [])]
-    kwargs = fwd.get("input_kwargs") or {}
+    args = [_describe(a) for a in (fwd.get(fmt.INPUT_ARGS) or [])]
+    kwargs = fwd.get(fmt.INPUT_KWARGS) or {}
     args += [f"{k}={_describe(v)}" for k, v in kwargs.items()] if isinstance(kwargs, dict) else []
-    outputs = fwd.get("output") or []
+    outputs = fwd.get(fmt.OUTPUT) or []
     out = ", ".join(_describe(o) for o in outputs) if isinstance(outputs, list) else "?"
     return f"{case.api}({', '.join(args)}) -> {out or 'None'}"
 
@@ -69,10 +69,10 @@ def standards_of(case: Any, version: str) -> str:
     """The precision standard(s) that judge the call's float outputs, e.g. ``absolute``."""
     from generators import entries
 
-    from .precision.standards import FLOAT_DTYPES, standard_for
+    from ..precision.standards import FLOAT_DTYPES, standard_for
     found = []
     for part in (case.forward or {}, case.backward or {}):
-        outputs = part.get("output") if isinstance(part, dict) else None
+        outputs = part.get(fmt.OUTPUT) if isinstance(part, dict) else None
         for _, item in entries.iter_tensor_items(outputs):
             dtype = f"torch.{fmt.canonical_dtype(item.get('dtype'))}"
             name = standard_for(case.api, version, dtype) if dtype in FLOAT_DTYPES else "exact (non-float)"
@@ -85,7 +85,7 @@ def case_comment(sel: Selected, plan: Plan, indent: str) -> list:
     """Comment lines above one case: API and shapes, gradient, standard, problem, recorded failure."""
     case = sel.case
     lines = comment_lines(f"{case.call_name}: {signature(case)}", indent)
-    grads = (case.backward or {}).get("input") or []
+    grads = (case.backward or {}).get(fmt.INPUT) or []
     extra = []
     if case.backward is not None:
         extra.append(f"backward with grad {_describe(grads[0]) if grads else 'None'}")
@@ -161,7 +161,7 @@ def script(plan: Plan, call: str) -> str:
     doc = [f'"""Reproduce {call} on a device and the CPU bench, without pytest.', ""]
     doc += [ln[2:] for ln in comment_lines(
         f"Loads the inputs, runs the call, prints each output's metrics and the verdict. "
-        f"Usage: python {_script_file(call)} [--device-type cpu|cuda|npu] [--device-index N] "
+        f"Usage: python {script_name(call)} [--device-type cpu|cuda|npu] [--device-index N] "
         "[--backend module:attribute|file.py:attribute] [--standard 1.0.4|26.2]. The exit status is 1 when the "
         f"call fails the precision standard, 2 when it cannot run. Inputs come from {plan.name}_data/.",
         "", first="  ", rest="  ")]
@@ -197,8 +197,3 @@ def script(plan: Plan, call: str) -> str:
             "    sys.exit(main(sys.argv[1:]))",
             ""]
     return "\n".join(out)
-
-
-def _script_file(call: str) -> str:
-    from .generate import script_name
-    return script_name(call)

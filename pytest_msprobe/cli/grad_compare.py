@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .comparator import GradComparator
+    from dumpers.grad_probe.comparator import GradComparator
 
     try:
         results = GradComparator.compare_distributed(args.dump_path1, args.dump_path2, args.output,

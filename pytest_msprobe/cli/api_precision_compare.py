@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the compare and print where the files went and how many APIs passed."""
-    from .apc import run_compare
+    from ..report.apc import run_compare
 
     outcome = run_compare(args.npu, args.gpu, args.out, version=args.standard, plot=args.plot)
     counts = {s: 0 for s in ("pass", "warning", "error", "SKIP")}

@@ -1,0 +1,74 @@
+"""The house's floors: the capture side never imports the checker, and no package has an import circle.
+
+Every import counts, module-level or inside a function (a lazy import still ties two modules together).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ACYCLIC = ("dumpers", "generators", "pytest_msprobe/suite", "pytest_msprobe/cli")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict:
+    """Dotted name -> path of every module of the three packages."""
+    found = {}
+    for top in ("dumpers", "generators", "pytest_msprobe"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            found[_module_name(path)] = path
+    return found
+
+
+def _imports(name: str, path: Path, known: dict) -> set:
+    """The modules ``name`` imports (``from a import b`` names a.b when that is a module)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                out.add(full if full in known else base)
+    return out
+
+
+def test_dumpers_and_generators_never_import_the_checker():
+    known = _modules()
+    bad = [f"{name} imports {target}" for name, path in known.items() if name.split(".")[0] in ("dumpers", "generators")
+           for target in _imports(name, path, known) if target.split(".")[0] == "pytest_msprobe"]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("package", ACYCLIC)
+def test_no_import_circle(package):
+    known = _modules()
+    prefix = package.replace("/", ".")
+    inside = {n: p for n, p in known.items() if n == prefix or n.startswith(prefix + ".")}
+    graph = {n: {t for t in _imports(n, p, known) if t in inside and t != n} for n, p in inside.items()}
+    state: dict = {}
+
+    def visit(node: str, trail: list) -> None:
+        state[node] = "open"
+        for target in sorted(graph[node]):
+            if state.get(target) == "open":
+                raise AssertionError("import circle: " + " -> ".join(trail[trail.index(target):] + [target]))
+            if target not in state:
+                visit(target, trail + [target])
+        state[node] = "done"
+
+    for start in sorted(graph):
+        if start not in state:
+            visit(start, [start])
