@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from . import hookspec
+from . import hookspec, hosts
 from .items import SESSION_KEY, DumpFile
 from .options import Settings, add_options
 
@@ -26,6 +26,7 @@ def pytest_addhooks(pluginmanager: Any) -> None:
 
 def pytest_addoption(parser: Any) -> None:
     add_options(parser)
+    hosts.add_options(parser)                  # multi-host: --msprobe-host-path
 
 
 def pytest_configure(config: Any) -> None:
@@ -41,8 +42,10 @@ def pytest_configure(config: Any) -> None:
         files = [os.path.abspath(f) for f in find_dump_files(settings.api_info)]
     except Exception as exc:  # noqa: BLE001 - DumpError: a missing path or a directory without dumps
         raise pytest.UsageError(f"--msprobe-api-info: {exc}") from None
+    files = hosts.dump_files(config, files)    # multi-host: a remote worker takes the controller's list
     _set_args(config, files)
     sess = CheckSession(config, settings)
+    hosts.place(config, sess)                  # multi-host: device slot on this worker's host
     sess.dump_files = {os.path.realpath(f) for f in files}
     sess.dump_paths = files
     config.stash[SESSION_KEY] = sess
@@ -57,7 +60,8 @@ def pytest_configure(config: Any) -> None:
     try:
         backend, _ = sess.backend()
     except ValueError as exc:
-        raise pytest.UsageError(f"--msprobe-device-type: {exc}") from None
+        from .host_controller import controller_backend    # multi-host: the controller needs no device itself
+        backend = controller_backend(config, sess, exc)
     if settings.baseline:
         from .report.acc_csv import failing_apis
         try:
@@ -68,6 +72,7 @@ def pytest_configure(config: Any) -> None:
     if workerinput is not None:
         sess.done = set(workerinput.get("msprobe_done", ()))
         sess.timestamp = workerinput.get("msprobe_timestamp", "")
+        hosts.configure_worker(config, sess, backend)   # multi-host: baseline, --lf entries, per-host limit
         return
     _check_workers(config, sess, backend)
     if config.option.collectonly:
@@ -84,6 +89,8 @@ def pytest_configure(config: Any) -> None:
     reporter.device = sess.backend_name() + (f" {settings.devices}" if settings.devices else "")
     config.stash[REPORTER_KEY] = reporter
     config.pluginmanager.register(reporter, REPORTER_NAME)
+    from .host_controller import install       # multi-host: xdist hooks of the controller
+    install(config, sess, reporter)
 
 
 def _set_args(config: Any, files: list) -> None:
@@ -131,6 +138,9 @@ def pytest_collect_file(file_path: Any, parent: Any) -> Any:
     sess = parent.config.stash.get(SESSION_KEY, None)
     if sess is None or os.path.realpath(file_path) not in sess.dump_files:
         return None
+    nodeid = hosts.nodeid_for(parent.config, file_path)      # multi-host: the controller's node id
+    if nodeid is not None:
+        return DumpFile.from_parent(parent, path=file_path, nodeid=nodeid)
     return DumpFile.from_parent(parent, path=file_path)
 
 
@@ -151,6 +161,7 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list) -> Non
             if isinstance(item, ApiItem) and item.name in sess.baseline_failing:
                 item.add_marker(pytest.mark.xfail(reason=f"already failing in the baseline "
                                                          f"{sess.settings.baseline}", strict=False))
+    hosts.order_by_size(config, items)        # distributed runs: largest calls first
 
 
 @pytest.hookimpl(trylast=True)
