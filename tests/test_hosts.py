@@ -111,9 +111,11 @@ def start_host(tmp_path):
     """Factory of simulated hosts; every one (and every worker it started) is killed at the end."""
     started: list = []
 
-    def start(name: str, **extra: str) -> Host:
+    def start(name: str, plugins: bool = True, **extra: str) -> Host:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "plugins"), str(ROOT), env.get("PYTHONPATH", "")])
+        inherited = [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e and e != str(tmp_path / "plugins")]
+        env["PYTHONPATH"] = os.pathsep.join(([str(tmp_path / "plugins")] if plugins else []) + [str(ROOT)]
+                                            + inherited)
         env["PLANT_HOST"] = name
         env.update(extra)
         host = Host(tmp_path / name, env)
@@ -299,6 +301,46 @@ def test_a_host_that_cannot_start_is_one_usage_error(project, start_host):
     text = res.stderr.str()
     assert f"cannot start a worker on host {host.address}" in text and "INTERNALERROR" not in text
     assert text.count("cannot start a worker") == 1
+
+
+@pytest.mark.slow
+def test_a_host_whose_workers_cannot_start_stops_the_run_with_one_error(project, start_host):
+    """Host B lacks the backend module given with -p: its worker ends before it is ready; no endless restarts."""
+    a, b = start_host("A"), start_host("B", plugins=False)
+    res = _run(project, "--msprobe-api-info", "dumps/mlp/dump.json", "--tx", f"socket={a.address}",
+               "--tx", f"socket={b.address}", "--dist", "load")
+    text = res.stdout.str() + res.stderr.str()
+    assert res.ret not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), text[-3000:]
+    assert f"cannot start a worker on host {b.address}" in text and "hostplant" in text, text[-3000:]
+    assert "INTERNALERROR" not in text
+    assert text.count("replacing crashed worker") <= 1
+
+
+@pytest.mark.slow
+def test_baseline_gpu_csv_and_result_csv_across_hosts(project, start_host):
+    """The controller reads the baseline and the CSV it continues; workers on another host judge against the
+    GPU CSV (here the one-host run's own details: every API compares equal)."""
+    p = project
+    dump = "dumps/mlp/dump.json"
+    (p.path / "one").mkdir()
+    p.runpytest("-p", "hostplant", "--msprobe-device-type", "recording", "--msprobe-api-info", dump,
+                "--msprobe-out", "one").assert_outcomes(passed=15)
+    result = glob.glob(str(p.path / "one" / "accuracy_checking_result_*.csv"))[0]
+    host = start_host("A")
+    (p.path / "gpu").mkdir()
+    res = _run(p, "--msprobe-api-info", dump, "--tx", f"socket={host.address}", "--dist", "load",
+               "--msprobe-baseline", result, "--msprobe-gpu-csv", acc_csv.details_path_for(result),
+               "--msprobe-out", "gpu", "-k", "gelu or linear")
+    res.assert_outcomes(passed=3)
+    assert glob.glob(str(p.path / "gpu" / "api_precision_compare_result_*.csv"))
+    lines = open(result, encoding="utf-8-sig").read().split("\n")
+    with open(result, "w", encoding="utf-8-sig", newline="") as fh:     # drop the last two APIs
+        fh.write("\n".join(lines[:-3]) + "\n")
+    res = _run(p, "--msprobe-api-info", dump, "--tx", f"socket={host.address}", "--dist", "load",
+               "--msprobe-result-csv", result)
+    res.assert_outcomes(passed=2)
+    assert [r.name for r in acc_csv.read_result_csv(result)][-2:] == ["Tensor.add_.4", "Tensor.add_.5"]
+    assert len(acc_csv.read_result_csv(result)) == 15
 
 
 def test_per_host_worker_limit_names_the_host(project):
