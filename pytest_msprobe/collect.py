@@ -2,11 +2,14 @@
 
 Node ids are ``<path to dump.json>::<call name>`` (``step0/rank/dump.json::Functional.linear.0``), in dump
 order, the same on every run and every xdist worker, so ``-k Functional.linear.0``, ``--lf`` and ``-n``
-work as for ordinary tests. An item runs its case through the session, sends its payload (:mod:`.wire`) and
-takes the outcome that :func:`pytest_msprobe.precision.verdict.item_outcome` decides.
+work as for ordinary tests. A worker on another host collects the controller's dump files (mapped to its
+host) under the controller's node ids (:func:`sent_files`), so they agree on every host. An item runs its
+case through the session, sends its payload (:mod:`.wire`) and takes the outcome that
+:func:`pytest_msprobe.precision.verdict.item_outcome` decides.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -27,8 +30,42 @@ class ApiFailure(Exception):
         self.text = text
 
 
+def node_path(rootpath: Any, path: str) -> str:
+    """The node-id part of a dump file on the controller (relative to the rootdir, ``/``-separated; the real
+    path when the file lies outside it)."""
+    real = os.path.realpath(path)
+    root = os.path.realpath(str(rootpath))
+    rel = os.path.relpath(real, root) if real.startswith(root.rstrip(os.sep) + os.sep) else None
+    return (rel or real).replace(os.sep, "/")
+
+
+def sent_files(workerinput: dict | None) -> list | None:
+    """(path, node id) of each dump file the controller sent a worker on another host; None elsewhere.
+
+    Raises:
+        ValueError: a file that is not there, naming the host and the option that maps paths.
+    """
+    sent = (workerinput or {}).get("msprobe_files")
+    if not sent:
+        return None
+    host = workerinput.get("msprobe_host", "?")
+    for path, _ in sent:
+        if not os.path.isfile(path):
+            raise ValueError(f"on host {host}: dump file {path} does not exist; put the dump on storage that "
+                             f"every host reaches at the same path, or give its directory there with "
+                             f"--msprobe-host-path")
+    return [(str(path), str(nodeid)) for path, nodeid in sent]
+
+
 class DumpFile(pytest.File):
     """A dump.json: one item per API call, in dump order."""
+
+    @classmethod
+    def for_path(cls, parent: Any, path: Any, nodeid: str | None) -> DumpFile:
+        """The collector of ``path``, under ``nodeid`` when the controller named it (else pytest's own)."""
+        if nodeid is not None:
+            return cls.from_parent(parent, path=path, nodeid=nodeid)
+        return cls.from_parent(parent, path=path)
 
     def collect(self) -> Any:
         sess = self.config.stash[SESSION_KEY]

@@ -3,13 +3,14 @@
 It owns every hook that runs there: the header, xdist's worker set-up and collection, each item's report
 (its payload becomes CSV rows, or an error row when the worker died), the NPU-vs-GPU compare at the end that
 decides the exit status, and the terminal summary. It writes the CSV pair (flushing every row, so a killed
-run leaves valid files) and keeps the resume record (:mod:`.resume`).
+run leaves valid files) and keeps the resume record (:mod:`.resume`). With xdist workers, its collaborator
+:class:`~.host_controller.HostController` places them on their hosts and handles hosts that go away.
 """
 from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -27,12 +28,16 @@ class Controller:
     """CSV rows as results arrive, the resume record, and the summary of the run."""
 
     def __init__(self, config: Any, settings: Any, plan: resume.ResumePlan, *, dump_files: set,
-                 device: str) -> None:
+                 device: str, baseline_failing: set | None = None, dump_order: Callable[[], list] | None = None,
+                 hosts: Any = None) -> None:
         self.config = config
         self.settings = settings
         self.plan = plan
         self.dump_files = dump_files          # real paths of the dump.json files being checked
         self.device = device                  # backend name (and ids)
+        self.baseline_failing = set(baseline_failing or ())    # failing in --msprobe-baseline (sent to workers)
+        self.dump_order = dump_order          # -> every API name in dump order
+        self.hosts = hosts                    # HostController of a run with xdist workers, else None
         self.lastfailed = dict(plan.lastfailed) if plan.lastfailed is not None else None
         self.writer: Any = None
         self.written: set = set()
@@ -43,6 +48,19 @@ class Controller:
         self.worst: list = []
         self.apc_summary: list = []
         self.order: dict = {}                 # API -> dump position, when workers write out of order
+
+    @classmethod
+    def for_session(cls, config: Any, sess: Any, plan: resume.ResumePlan, baseline_failing: set) -> Controller:
+        """The controller of ``sess``'s run. Raises ValueError: too many workers for a host's devices."""
+        from .host_controller import HostController
+        s = sess.settings
+        hosts = HostController.for_run(config, sess)
+        if hosts is not None:
+            hosts.check_limits()
+        return cls(config, s, plan, dump_files=sess.dump_files,
+                   device=sess.backend_name() + (f" {s.devices}" if s.devices else ""),
+                   baseline_failing=baseline_failing, hosts=hosts,
+                   dump_order=lambda: [case.name for path in sess.dump_paths for case in sess.cases_of(path)])
 
     # --- files ------------------------------------------------------------------------------------------
     def prepare(self, selected: set | None) -> None:
@@ -80,14 +98,48 @@ class Controller:
         return [f"msprobe: device {self.device}, standard {s.standard}, "
                 f"seed {s.seed}, fail on {s.fail_on}" + (", random data" if s.random else ""),
                 f"msprobe: writing {self.plan.result_csv}"
-                + (f" (resumed, {len(self.plan.done)} APIs kept)" if self.plan.resumed else "")]
+                + (f" (resumed, {len(self.plan.done)} APIs kept)" if self.plan.resumed else "")] + \
+            ([f"msprobe: hosts {self.hosts.describe()}"] if self.hosts is not None and self.hosts.describe() else [])
+
+    # --- hooks: xdist workers and their hosts -----------------------------------------------------------------
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_setupnodes(self, config: Any, specs: Any) -> None:
+        if self.hosts is not None:
+            self.hosts.setup_nodes(config)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_newgateway(self, gateway: Any) -> None:
+        if self.hosts is not None:
+            self.hosts.new_gateway(gateway)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
-        """xdist: workers learn the resume plan from the controller, so every worker collects alike."""
-        node.workerinput["msprobe_done"] = sorted(self.plan.done)
-        node.workerinput["msprobe_timestamp"] = self.plan.timestamp
-        node.workerinput["msprobe_lastfailed"] = self.plan.lastfailed
+        """xdist: workers learn the resume plan and the baseline from the controller, so every worker (on any
+        host) collects alike, and their host and device slot."""
+        wi = node.workerinput
+        wi["msprobe_done"] = sorted(self.plan.done)
+        wi["msprobe_timestamp"] = self.plan.timestamp
+        wi["msprobe_lastfailed"] = self.plan.lastfailed
+        if self.settings.baseline:
+            wi["msprobe_baseline"] = self.settings.baseline
+            wi["msprobe_baseline_failing"] = sorted(self.baseline_failing)
+        if self.hosts is not None:
+            self.hosts.configure_node(wi, node)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodeready(self, node: Any) -> None:
+        if self.hosts is not None:
+            self.hosts.node_ready(node)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        if self.hosts is not None:
+            self.hosts.node_down(node, error)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
+        if self.hosts is not None:
+            self.hosts.crash_item(crashitem, report)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: Any) -> None:
@@ -96,10 +148,12 @@ class Controller:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list) -> None:
-        """xdist: the workers' collection (after deselection) tells which APIs run again."""
+        """xdist: the workers' collection (after deselection) tells which APIs run again; the CSV rows go
+        back into dump order at the end (workers run the largest calls first)."""
         if not self.order:
             names = [nid.split("::", 1)[1] for nid in ids if self.is_api_nodeid(nid)]
-            self.order = {name: i for i, name in enumerate(names)}
+            position = {name: i for i, name in enumerate(self.dump_order() if self.dump_order else names)}
+            self.order = {name: position.get(name, len(position)) for name in names}
             self.prepare(set(names))
 
     # --- hooks: results ---------------------------------------------------------------------------------------
@@ -164,6 +218,11 @@ class Controller:
         terminalreporter.section("msprobe accuracy check")
         for line in self.summary_lines():
             terminalreporter.write_line(line)
+        lost = self.hosts.summary_lines() if self.hosts is not None else []
+        if lost:
+            terminalreporter.section("msprobe hosts")
+            for line in lost:
+                terminalreporter.write_line(line)
 
     def summary_lines(self) -> list:
         s = self.settings

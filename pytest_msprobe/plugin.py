@@ -41,30 +41,35 @@ def pytest_configure(config: Any) -> None:
         return
     from generators.loader import find_dump_files
 
+    from .collect import sent_files
+    from .hosts import runs_calls_here
     from .resume import ResumePlan, read_lastfailed
     from .select import LastFailedGuard, Selection
     from .session import CheckSession
     settings = _usage("pytest-msprobe", lambda: Settings.from_config(config),
                       (ValueError, TypeError, argparse.ArgumentTypeError, OSError))
-    files = _usage("--msprobe-api-info", lambda: [os.path.abspath(f) for f in find_dump_files(settings.api_info)],
-                   (Exception,))     # DumpError: a missing path or a directory without dumps
+    workerinput = getattr(config, "workerinput", None)
+    sent = _usage("pytest-msprobe", lambda: sent_files(workerinput))    # a worker on another host
+    files = [p for p, _ in sent] if sent else _usage(
+        "--msprobe-api-info", lambda: [os.path.abspath(f) for f in find_dump_files(settings.api_info)],
+        (Exception,))     # DumpError: a missing path or a directory without dumps
     _set_args(config, files)
-    sess = CheckSession(config, settings, files)
+    sess = CheckSession(config, settings, files, node_ids=dict(sent or ()))
     config.stash[SESSION_KEY] = sess
     _usage("--msprobe-api-info", sess.load, (ValueError,))    # a file unreadable as a whole is a usage error
-    _usage("--msprobe-device-type", sess.backend, (ValueError,))
-    baseline: set = set()
-    if settings.baseline:
-        from .report.acc_csv import failing_apis
-        baseline = _usage("--msprobe-baseline", lambda: failing_apis(settings.baseline, fail_on=settings.fail_on))
-    workerinput = getattr(config, "workerinput", None)
-    plan = None
+    _usage("--msprobe-device-type", lambda: sess.check_backend(runs_calls_here(config)), (ValueError,))
+    plan, baseline = None, set()
     if workerinput is not None:
+        _usage("pytest-msprobe", sess.check_host_workers, (ValueError,))
         done, timestamp = set(workerinput.get("msprobe_done", ())), workerinput.get("msprobe_timestamp", "")
         lastfailed = workerinput.get("msprobe_lastfailed", read_lastfailed(config))
+        baseline = set(workerinput.get("msprobe_baseline_failing", ()))
     else:
         _usage("pytest-msprobe", lambda: sess.check_workers(getattr(config.option, "numprocesses", None)),
                (ValueError,))
+        if settings.baseline:
+            from .report.acc_csv import failing_apis
+            baseline = _usage("--msprobe-baseline", lambda: failing_apis(settings.baseline, fail_on=settings.fail_on))
         if not config.option.collectonly:
             plan = _usage("pytest-msprobe: cannot continue the result CSV",
                           lambda: ResumePlan.decide(config, settings, files))
@@ -72,16 +77,17 @@ def pytest_configure(config: Any) -> None:
         lastfailed = plan.lastfailed if plan else read_lastfailed(config)
     sess.begin(timestamp)
     selection = Selection(settings, is_api_item=is_api_item, done=done, baseline_failing=baseline,
+                          baseline=(workerinput or {}).get("msprobe_baseline"),
                           lastfailed=lastfailed if getattr(config, "cache", None) is not None else None,
                           lf=bool(getattr(config.option, "lf", False)),
-                          lf_no_failures=getattr(config.option, "last_failed_no_failures", "all"))
+                          lf_no_failures=getattr(config.option, "last_failed_no_failures", "all"),
+                          largest_first=workerinput is not None)
     config.stash[SELECTION_KEY] = selection
     config.pluginmanager.register(selection, "msprobe-selection")
     config.pluginmanager.register(LastFailedGuard(selection), "msprobe-lastfailed-guard")
     if plan is not None:
         from .controller import NAME, Controller
-        device = sess.backend_name() + (f" {settings.devices}" if settings.devices else "")
-        controller = Controller(config, settings, plan, dump_files=sess.dump_files, device=device)
+        controller = _usage("pytest-msprobe", lambda: Controller.for_session(config, sess, plan, baseline))
         config.stash[CONTROLLER_KEY] = controller
         config.pluginmanager.register(controller, NAME)
 
@@ -108,6 +114,7 @@ def pytest_unconfigure(config: Any) -> None:
 
 def pytest_collect_file(file_path: Any, parent: Any) -> Any:
     sess = parent.config.stash.get(SESSION_KEY, None)
-    if sess is None or os.path.realpath(file_path) not in sess.dump_files:
+    real = os.path.realpath(file_path)
+    if sess is None or real not in sess.dump_files:
         return None
-    return DumpFile.from_parent(parent, path=file_path)
+    return DumpFile.for_path(parent, file_path, sess.node_ids.get(real))

@@ -5,7 +5,8 @@ One :class:`Selection` is registered in every process that collects (the control
 worker with it). With ``--lf`` the API items are judged by :mod:`.resume`'s record of failing APIs, not by
 pytest's ``cache/lastfailed``: a run killed before its end never writes that file, and its stale entries would
 then pick the wrong APIs. So the API items are held back from pytest's own ``--lf`` filter (which still
-handles every other test) and put back after it.
+handles every other test) and put back after it. On xdist workers the API items run largest first
+(:func:`by_size`), so that no large call starts last on a busy worker; node ids do not change.
 """
 from __future__ import annotations
 
@@ -23,12 +24,15 @@ class Selection:
     ids decided on the controller (and sent to xdist workers)."""
 
     def __init__(self, settings: Any, *, is_api_item: Any, done: set | None = None,
-                 baseline_failing: set | None = None, lastfailed: dict | None = None,
-                 lf: bool = False, lf_no_failures: str = "all") -> None:
+                 baseline_failing: set | None = None, baseline: str | None = None,
+                 lastfailed: dict | None = None, lf: bool = False, lf_no_failures: str = "all",
+                 largest_first: bool = False) -> None:
         self.settings = settings
         self.is_api_item = is_api_item
         self.done = set(done or ())                  # APIs complete in the CSV being continued: deselected
         self.baseline_failing = set(baseline_failing or ())
+        self.baseline = baseline or settings.baseline      # the baseline CSV, as the controller names it
+        self.largest_first = largest_first
         self.lastfailed = lastfailed                 # node id -> True of failing API items (None: no record)
         self.lf = lf and lastfailed is not None
         self.lf_no_failures = lf_no_failures
@@ -89,13 +93,17 @@ class Selection:
         for item in keep:
             if item.name in self.baseline_failing:
                 item.add_marker(pytest.mark.xfail(reason=f"already failing in the baseline "
-                                                         f"{self.settings.baseline}", strict=False))
+                                                         f"{self.baseline}", strict=False))
         if self.lf:
             self._held = [list(items), kept]         # pytest's --lf filter sees the other tests only
             items[:] = [it for it in items if not self.is_api_item(it)]
         else:
             items[:] = [it for it in items if not self.is_api_item(it) or it in kept]
+            self._order(items)
 
+    def _order(self, items: list) -> None:
+        if self.largest_first:
+            items[:] = by_size(items)
 
     def restore(self, items: list) -> None:
         """Put the held-back API items back, in collection order, among the tests pytest's filter kept."""
@@ -104,6 +112,23 @@ class Selection:
             others = set(items)
             items[:] = [it for it in order if it in kept or it in others]
             self._held = None
+            self._order(items)
+
+
+def by_size(items: list) -> list:
+    """``items`` with the calls of the largest inputs (bytes from dump.json) first; others keep their order."""
+    from generators.inputs import required_bytes
+
+    def cost(item: Any) -> int:
+        case = getattr(item, "case", None)
+        if case is None:
+            return 0
+        try:
+            return int(required_bytes(case)[1])
+        except Exception:  # noqa: BLE001 - a malformed entry costs nothing here; it is SKIP with its reason
+            return 0
+
+    return sorted(items, key=lambda item: -cost(item))
 
 
 class LastFailedGuard:

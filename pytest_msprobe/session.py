@@ -1,13 +1,15 @@
 """Per-process state of an accuracy-check run: settings, the device backend, the cases, running one case.
 
 One :class:`CheckSession` lives in ``config.stash`` of every process (controller and xdist workers).
-The backend and torch are set up on the first item, not at start-up.
+The backend and torch are set up on the first item, not at start-up. A worker runs on the device of its
+slot on its host, which the controller gives it (``msprobe_slot``; else the number of its worker id).
 """
 from __future__ import annotations
 
 import os
 from typing import Any
 
+from .devices.base import device_for_slot, worker_index
 from .replay import CaseResult, RunOptions, run_case, run_with_timeout
 from .settings import DEFAULT_STANDARD, Settings
 
@@ -16,12 +18,18 @@ class CheckSession:
     """Settings plus what is needed to run cases in this process."""
 
     def __init__(self, config: Any, settings: Settings, dump_paths: list | None = None, *,
-                 timestamp: str = "") -> None:
+                 timestamp: str = "", node_ids: dict | None = None) -> None:
         self.config = config
         self.settings = settings
-        self.worker_id = getattr(config, "workerinput", {}).get("workerid")
+        wi = getattr(config, "workerinput", None) or {}
+        self.worker_id = wi.get("workerid")
+        self.host = wi.get("msprobe_host")                  # a worker's host, as the controller names it
+        self.slot = int(wi["msprobe_slot"]) if "msprobe_slot" in wi else worker_index(self.worker_id)
+        self.host_workers = int(wi.get("msprobe_host_workers") or 0)   # the workers of that host
         self.dump_paths = list(dump_paths or [])            # the dump.json files being checked, in order
         self.dump_files = {os.path.realpath(f) for f in self.dump_paths}     # the same, as real paths
+        # real path -> node id the controller gave it (workers on other hosts); else pytest's own
+        self.node_ids = {os.path.realpath(p): n for p, n in (node_ids or {}).items()}
         self.timestamp = timestamp          # of the CSV pair (error-data directory name)
         self._backend: Any = None
         self._device_index = 0
@@ -52,14 +60,24 @@ class CheckSession:
     def backend_name(self) -> str:
         return self.settings.device_type or self.registry().default_name()
 
+    def check_backend(self, runs_calls: bool = True) -> None:
+        """The backend is registered and, where this process runs calls, usable; ValueError naming what to
+        change. A controller whose workers are all on other hosts needs no device of its own."""
+        if runs_calls:
+            self.backend()
+            return
+        try:
+            self.registry().get(self.backend_name())
+        except KeyError as exc:
+            raise ValueError(str(exc.args[0])) from None
+
     def backend(self) -> tuple:
         """(backend, device index) of this process; raises ValueError naming what to change."""
         if self._backend is None:
-            from .devices import device_for_worker
             reg = self.registry()
             backend = reg.usable(self.backend_name())
             ids = self.settings.devices or list(range(max(1, backend.device_count())))
-            self._device_index = device_for_worker(self.worker_id, ids)
+            self._device_index = device_for_slot(self.slot, ids)
             self._backend = backend
             self._share_cpu_threads()
         return self._backend, self._device_index
@@ -127,14 +145,23 @@ class CheckSession:
         except Exception as exc:  # noqa: BLE001 - anything else a damaged file raises
             raise ValueError(f"cannot load {', '.join(self.dump_paths)}: {type(exc).__name__} {exc}".rstrip()) from None
 
-    def check_workers(self, workers: Any) -> None:
-        """Refuse more xdist workers than ``--msprobe-max-workers-per-device`` allows (ValueError)."""
+    def check_workers(self, workers: Any, host: str | None = None) -> None:
+        """Refuse more xdist workers (on ``host``) than ``--msprobe-max-workers-per-device`` allows: ValueError,
+        naming the host when given. The device count is this process's (with no ``--msprobe-devices``)."""
         from .devices import check_worker_limit
         if not isinstance(workers, int) or workers <= 0:
             return
-        backend, _ = self.backend()
+        backend = self._backend or self.registry().get(self.backend_name())
         ids = self.settings.devices or list(range(max(1, backend.device_count())))
-        check_worker_limit(backend, workers, ids, self.settings.max_workers_per_device)
+        try:
+            check_worker_limit(backend, workers, ids, self.settings.max_workers_per_device)
+        except ValueError as exc:
+            raise ValueError(f"on host {host}: {exc}" if host else str(exc)) from None
+
+    def check_host_workers(self) -> None:
+        """On a worker: the limit for the workers of its host, against this host's devices (ValueError)."""
+        if self.host is not None:
+            self.check_workers(self.host_workers, self.host)
 
     def cases_of(self, path: str) -> list:
         """The cases of one dump file. All dumps are loaded together (once), so that call names shared by

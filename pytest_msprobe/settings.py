@@ -12,7 +12,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .precision.standards import DEFAULT_STANDARD, STANDARDS
 from .precision.verdict import DEFAULT_FAIL_ON, FAIL_ON_CHOICES
@@ -26,9 +26,17 @@ DEFAULT_EXAMPLES = 1                     # Hypothesis examples per API in random
 # msprobe's multi_run_ut documents at most 8 parallel runs per accelerator device.
 DEFAULT_MAX_WORKERS_PER_DEVICE = 8
 STANDARD_CHOICES = tuple(STANDARDS)
+# a worker on another host gets these from the controller resolved (Settings.command_line): ini keys and
+# --msprobe-config need not exist there, and every path is the one on that host
+RESOLVED_OPTIONS = ("--msprobe-api-info", "--msprobe-out", "--msprobe-error-data-path", "--msprobe-gpu-csv",
+                    "--msprobe-config", "--msprobe-white-list", "--msprobe-black-list", "--msprobe-standard",
+                    "--msprobe-fail-on", "--msprobe-device-type", "--msprobe-seed", "--msprobe-timeout",
+                    "--msprobe-max-bytes")
+# only the controller reads these (the CSV it continues, the baseline, the path map); workers are sent the result
+CONTROLLER_OPTIONS = ("--msprobe-result-csv", "--msprobe-baseline", "--msprobe-host-path")
 __all__ = ["DEFAULT_EXAMPLES", "DEFAULT_FAIL_ON", "DEFAULT_MAX_WORKERS_PER_DEVICE", "DEFAULT_OUT_DIR",
            "DEFAULT_PRECISION", "DEFAULT_SEED", "DEFAULT_STANDARD", "DEFAULT_THREADS", "FAIL_ON_CHOICES",
-           "STANDARD_CHOICES", "Settings", "add_options"]
+           "CONTROLLER_OPTIONS", "RESOLVED_OPTIONS", "STANDARD_CHOICES", "Settings", "add_options", "host_path"]
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000 ** 2, "mb": 1000 ** 2,
                "mib": 1024 ** 2, "g": 1000 ** 3, "gb": 1000 ** 3, "gib": 1024 ** 3, "t": 1000 ** 4,
                "tb": 1000 ** 4, "tib": 1024 ** 4}
@@ -102,6 +110,21 @@ def standard_name(text: str) -> str:
     return key
 
 
+def host_path(text: str) -> tuple:
+    """``"10.0.0.2:8888:/shared/dump=/mnt/dump"`` -> ("10.0.0.2:8888", "/shared/dump", "/mnt/dump").
+
+    Raises:
+        ValueError: with what to write instead.
+    """
+    raw = str(text)
+    cut = raw.find(":/")
+    src, eq, dst = raw[cut + 1:].partition("=") if cut > 0 else ("", "", "")
+    if cut <= 0 or not eq or not os.path.isabs(src) or not os.path.isabs(dst):
+        raise ValueError(f"--msprobe-host-path {raw!r}: write HOST:DIR=HOST_DIR with two absolute directories, "
+                         "e.g. 10.0.0.2:8888:/shared/dump=/mnt/dump (HOST as in --tx, or * for every host)")
+    return raw[:cut], os.path.normpath(src), os.path.normpath(dst)
+
+
 def existing_file(text: str) -> str:
     if not os.path.isfile(text):
         raise argparse.ArgumentTypeError(f"file {text!r} does not exist")
@@ -171,6 +194,10 @@ def add_options(parser: Any) -> None:
                      "its rows against the GPU's (msprobe's final verdict); the compare CSVs are written at the end")
     g.addoption("--msprobe-precision", type=positive_int, default=None, metavar="N",
                 help=f"decimals of float cells in the CSVs (default {DEFAULT_PRECISION}, as msprobe)")
+    g.addoption("--msprobe-host-path", action="append", default=[], metavar="HOST:DIR=HOST_DIR",
+                help="xdist gateways on other hosts: on HOST (as in --tx, e.g. 10.0.0.2:8888 or user@node1; "
+                     "* for every other host) the controller's directory DIR is HOST_DIR; repeatable "
+                     "(default: every host sees the dump at the controller's path)")
     parser.addini("msprobe_out", "directory of the accuracy-check CSVs", default=None)
     parser.addini("msprobe_device_type", "device backend under test", default=None)
     parser.addini("msprobe_standard", f"precision standard: {' or '.join(STANDARD_CHOICES)}", default=None)
@@ -248,6 +275,7 @@ class Settings:
     save_error_data: bool = False
     error_data_path: str | None = None
     max_bytes: int = 0
+    max_bytes_given: bool = False         # False: the default, a share of this machine's memory
     timeout: float | None = None
     random: bool = False
     seed: int = DEFAULT_SEED
@@ -256,6 +284,7 @@ class Settings:
     edge_values: bool = False
     gpu_csv: str | None = None
     precision: int = DEFAULT_PRECISION
+    host_paths: list = field(default_factory=list)     # (host, controller dir, host dir), --msprobe-host-path
 
     @property
     def active(self) -> bool:
@@ -296,6 +325,7 @@ class Settings:
         s.error_data_path = opt.msprobe_error_data_path or cfg.get("error_data_path") or None
         mb = opt.msprobe_max_bytes or (size_bytes(ini("msprobe_max_bytes")) if ini("msprobe_max_bytes") else None)
         s.max_bytes = mb or default_max_bytes()
+        s.max_bytes_given = mb is not None
         s.timeout = opt.msprobe_timeout or (positive_float(ini("msprobe_timeout")) if ini("msprobe_timeout")
                                             else None)
         s.random = bool(opt.msprobe_random)
@@ -306,4 +336,28 @@ class Settings:
         s.edge_values = bool(opt.msprobe_edge_values)
         s.gpu_csv = opt.msprobe_gpu_csv
         s.precision = opt.msprobe_precision or DEFAULT_PRECISION
+        s.host_paths = [host_path(text) for text in getattr(opt, "msprobe_host_path", None) or []]
         return s
+
+    def command_line(self, where: Callable[[str], str]) -> list:
+        """The options of :data:`RESOLVED_OPTIONS` for a worker on another host, every path through ``where``
+        (the controller's path -> that host's); the memory budget only when given (else that host's own)."""
+        out = [f"--msprobe-api-info={where(p)}" for p in self.api_info]
+        out.append(f"--msprobe-out={where(self.out_dir)}")
+        if self.error_data_path:
+            out.append(f"--msprobe-error-data-path={where(self.error_data_path)}")
+        if self.gpu_csv:
+            out.append(f"--msprobe-gpu-csv={where(self.gpu_csv)}")
+        if self.white_list:
+            out.append("--msprobe-white-list=" + ",".join(self.white_list))
+        if self.black_list:
+            out.append("--msprobe-black-list=" + ",".join(self.black_list))
+        out += [f"--msprobe-standard={self.standard}", f"--msprobe-fail-on={self.fail_on}",
+                f"--msprobe-seed={self.seed}"]
+        if self.device_type:
+            out.append(f"--msprobe-device-type={self.device_type}")
+        if self.timeout:
+            out.append(f"--msprobe-timeout={self.timeout!r}")
+        if self.max_bytes_given:
+            out.append(f"--msprobe-max-bytes={self.max_bytes}")
+        return out

@@ -8,11 +8,11 @@ torch nor MindSpore.
 from __future__ import annotations
 
 from ..settings import DEFAULT_MAX_WORKERS_PER_DEVICE, parse_device_ids
-from .base import DeviceBackend, check_worker_limit, device_for_worker, worker_index
+from .base import DeviceBackend, check_worker_limit, device_for_slot, device_for_worker, worker_index
 from .mindspore_backends import MindSporeBackend, MsCpuBackend, is_ms_backend
 from .registry import DeviceRegistry, builtin_registry
 from .torch_backends import CpuBackend, CudaBackend, NpuBackend
 
 __all__ = ["DEFAULT_MAX_WORKERS_PER_DEVICE", "CpuBackend", "CudaBackend", "DeviceBackend", "DeviceRegistry",
            "MindSporeBackend", "MsCpuBackend", "NpuBackend", "builtin_registry", "check_worker_limit",
-           "device_for_worker", "is_ms_backend", "parse_device_ids", "worker_index"]
+           "device_for_slot", "device_for_worker", "is_ms_backend", "parse_device_ids", "worker_index"]

@@ -57,11 +57,16 @@ def worker_index(worker_id: str | None) -> int:
     return int(m.group(1)) if m else 0
 
 
-def device_for_worker(worker_id: str | None, device_ids: Sequence[int]) -> int:
-    """Worker k runs on ``device_ids[k mod len(device_ids)]``."""
+def device_for_slot(slot: int, device_ids: Sequence[int]) -> int:
+    """The worker of slot k (on its host) runs on ``device_ids[k mod len(device_ids)]``."""
     if not device_ids:
         return 0
-    return device_ids[worker_index(worker_id) % len(device_ids)]
+    return device_ids[slot % len(device_ids)]
+
+
+def device_for_worker(worker_id: str | None, device_ids: Sequence[int]) -> int:
+    """Worker k runs on ``device_ids[k mod len(device_ids)]``."""
+    return device_for_slot(worker_index(worker_id), device_ids)
 
 
 def check_worker_limit(backend: Any, workers: int, device_ids: Sequence[int], max_per_device: int) -> None:
