@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from dumpers.config import checker_section
+
 DEFAULT_SEED = 1234
 STANDARD_CHOICES = ("1.0.4", "26.2")
 FAIL_ON_CHOICES = ("error", "warning")
@@ -179,22 +181,7 @@ def read_config_section(path: str) -> dict:
             data = json.loads(text)
         except ValueError as exc:
             raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise TypeError(f"{path}: the top level must be an object with an 'acc_check' or 'run_ut' key")
-    section = data.get("acc_check", data.get("run_ut", {}))
-    if not isinstance(section, dict):
-        raise TypeError(f"{path}: 'acc_check'/'run_ut' must be an object")
-    out = {}
-    for key in ("white_list", "black_list"):
-        value = section.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ValueError(f"{path}: {key} must be a list of API names, like [\"linear\", \"gelu\"]")
-        out[key] = value
-    edp = section.get("error_data_path", "./")
-    if not isinstance(edp, str):
-        raise TypeError(f"{path}: error_data_path must be a directory path string")
-    out["error_data_path"] = edp
-    return out
+    return checker_section(data, path)
 
 
 @dataclass
