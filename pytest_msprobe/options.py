@@ -194,6 +194,7 @@ class Settings:
     devices: list | None = None
     max_workers_per_device: int = 8
     standard: str = "1.0.4"
+    standard_reason: str = ""
     fail_on: str = "error"
     baseline: str | None = None
     result_csv: str | None = None
@@ -260,5 +261,8 @@ class Settings:
         s.examples = opt.msprobe_examples or 1
         s.edge_values = bool(opt.msprobe_edge_values)
         s.gpu_csv = opt.msprobe_gpu_csv
+        if s.gpu_csv and not (opt.msprobe_standard or ini("msprobe_standard")):
+            from .report.standard_detect import standard_for_gpu_csv
+            s.standard, s.standard_reason = standard_for_gpu_csv(s.gpu_csv)
         s.precision = opt.msprobe_precision or 14
         return s

@@ -180,7 +180,8 @@ def pytest_report_header(config: Any) -> Any:
     return [f"msprobe: device {sess.backend_name()}{s.devices or ''}, standard {s.standard}, "
             f"seed {s.seed}, fail on {s.fail_on}" + (", random data" if s.random else ""),
             f"msprobe: writing {reporter.plan.result_csv}"
-            + (f" (resumed, {len(reporter.plan.done)} APIs kept)" if reporter.plan.resumed else "")]
+            + (f" (resumed, {len(reporter.plan.done)} APIs kept)" if reporter.plan.resumed else "")] \
+        + ([f"msprobe: {s.standard_reason}"] if s.standard_reason else [])
 
 
 def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:

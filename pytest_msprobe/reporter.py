@@ -13,6 +13,7 @@ from typing import Any
 from .items import PROPERTY
 from .options import Settings
 from .report import acc_csv
+from .report.standard_detect import mark_data_mode
 
 CACHE_KEY = "msprobe/run"
 
@@ -166,7 +167,8 @@ class CsvReporter:
         self.written.add(name)
         if self.writer is None:
             self.prepare(None)
-        self.writer.write_api(data["result"], data["details"], data.get("mode") or "")
+        self.writer.write_api(data["result"], data["details"],
+                              mark_data_mode(data.get("mode") or "", self.settings.standard))
         self.forward[data["forward"]] += 1
         self.backward[data["backward"] or "blank"] += 1
         self.modes[data.get("mode") or "-"] += 1
