@@ -3,7 +3,10 @@
 Shared by the PyTorch and MindSpore debuggers (pass ``framework``). Imports only the standard library,
 so it can be used without a framework installed. Rules follow msprobe's config.json (spec section 1):
 constructor argument > file value > built-in default, and every bad key or value is one clear
-:class:`ConfigError` that names the key and says what to write instead.
+:class:`ConfigError` that names the key and says what to write instead. Every key msprobe 1.x or 26.x
+documents is known (:mod:`dumpers.config_keys`): one this project does not act on gives one
+:class:`ConfigWarning` naming it and what msprobe does with it; a key no release documents is an error that
+suggests the nearest documented one.
 """
 from __future__ import annotations
 

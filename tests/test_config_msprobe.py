@@ -200,7 +200,6 @@ def test_the_debugger_warns_once_per_key_at_construction(data_dir, tmp_path):
     with pytest.warns(ConfigWarning) as seen:
         PrecisionDebugger(config_path=path)
     assert sorted(str(w.message).split("'")[1] for w in seen) == ["async_dump", "precision"]
-    shutil.rmtree(tmp_path / "d", ignore_errors=True)
 
 
 def test_migration_guide_lists_every_documented_key():
@@ -213,3 +212,12 @@ def test_migration_guide_lists_every_documented_key():
         missing += [f"{task}.{name}" for name in section if not any(f".{name}`" in row for row in task_rows)]
     missing += [task for task in keys.ALL_TASKS if f"`{task}`" not in text]
     assert not missing, f"docs/migration.md does not say what happens to: {missing}"
+
+
+def test_packaged_config_drives_a_real_checker_run(data_dir, pytester):
+    shutil.copytree(data_dir / "mlp_fp32_tensor_L1" / "step0" / "rank", pytester.path / "dump")
+    shutil.copy(data_dir / "msprobe_config" / "config_26.json", pytester.path / "config.json")
+    pytester.makeini("[pytest]\n")
+    res = pytester.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-config", "config.json",
+                             "-p", "no:randomly", "-W", "error::dumpers.config.ConfigWarning")
+    res.assert_outcomes(passed=15)
