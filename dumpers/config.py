@@ -3,18 +3,24 @@
 Shared by the PyTorch and MindSpore debuggers (pass ``framework``). Imports only the standard library,
 so it can be used without a framework installed. Rules follow msprobe's config.json (spec section 1):
 constructor argument > file value > built-in default, and every bad key or value is one clear
-:class:`ConfigError` that names the key and says what to write instead.
+:class:`ConfigError` that names the key and says what to write instead. Every key msprobe 1.x or 26.x
+documents is known (:mod:`dumpers.config_keys`): one this project does not act on gives one
+:class:`ConfigWarning` naming it and what msprobe does with it; a key no release documents is an error that
+suggests the nearest documented one.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-TASKS = ("tensor", "statistics", "overflow_check", "free_benchmark", "run_ut", "grad_probe")
-LEVELS = ("L0", "L1", "L2", "mix")
+from dumpers import config_keys as keys
+
+TASKS = keys.ALL_TASKS
+LEVELS = keys.ALL_LEVELS
 DATA_MODES = ("all", "forward", "backward", "input", "output")
 MINDSPORE_DATA_MODES = ("all", "input", "output")
 SUMMARY_MODES = ("statistics", "md5")
@@ -26,12 +32,8 @@ MODULE_PREFIX = {"pytorch": "Module", "mindspore": "Cell"}
 DEFAULT_CONFIG: dict = {"task": "statistics", "dump_path": "./dump_path", "rank": [], "step": [], "level": "L1",
                         "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}}
 
-TOP_LEVEL_KEYS = ("task", "dump_path", "rank", "step", "level", "seed", "is_deterministic", "enable_dataloader",
-                  "acl_config", "framework", *TASKS)
-DUMP_SECTION_KEYS = {
-    "statistics": ("scope", "list", "data_mode", "summary_mode"),
-    "tensor": ("scope", "list", "data_mode", "summary_mode", "backward_input", "file_format"),
-}
+TOP_LEVEL_KEYS = (*keys.TOP_LEVEL, *keys.SECTIONS)
+DUMP_SECTION_KEYS = {task: tuple(keys.SECTIONS[task]) for task in keys.DUMP_TASKS}
 RANGE_MAX = 1_000_000
 PATH_PATTERN = re.compile(r"^[a-zA-Z0-9_./-]+$")
 PATH_MAX = 4096
@@ -40,6 +42,15 @@ NAME_MAX = 255
 
 class ConfigError(ValueError):
     """A config.json key or value that the dumper cannot use; the message names it and the fix."""
+
+
+class ConfigWarning(UserWarning):
+    """A documented msprobe config.json key or value that this project accepts and does not act on."""
+
+
+def warn_ignored(message: str) -> None:
+    """Emit one :class:`ConfigWarning` (an ignored key or task, named in ``message``)."""
+    warnings.warn(message, ConfigWarning, stacklevel=4)
 
 
 @dataclass
@@ -143,13 +154,65 @@ def _check_scope(scope: list, framework: str, source: str) -> list:
     return scope
 
 
+def _check_known_keys(raw: dict, source: str) -> None:
+    """Every key, top level and in each task section, must be one that some msprobe release documents."""
+    for key in raw:
+        if key not in TOP_LEVEL_KEYS:
+            raise _fail(source, key, "is not a config.json key of any msprobe release"
+                        + keys.did_you_mean(key, TOP_LEVEL_KEYS) + f"; known keys: {list(TOP_LEVEL_KEYS)}")
+    for task, known in keys.SECTIONS.items():
+        section = raw.get(task)
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            raise _fail(source, task, f"must be a JSON object (the '{task}' task section)")
+        for key in section:
+            if key not in known:
+                raise _fail(source, f"{task}.{key}", f"is not a key of the '{task}' section"
+                            + keys.did_you_mean(key, known) + f"; known keys: {list(known)}")
+
+
+def _warn_ignored_keys(raw: dict, task: str, source: str) -> None:
+    """One warning per ignored key (top level, and the effective dump task's section) whose value matters."""
+    for key, value in raw.items():
+        info = keys.TOP_LEVEL.get(key)
+        if info is not None and info.kind == keys.IGNORED and not info.is_quiet(value):
+            warn_ignored(keys.ignored_message(source, key, info, value))
+    if task not in keys.DUMP_TASKS:
+        return
+    for key, value in (raw.get(task) or {}).items():
+        info = keys.SECTIONS[task][key]
+        if info.kind == keys.IGNORED and not info.is_quiet(value):
+            warn_ignored(keys.ignored_message(source, f"{task}.{key}", info, value))
+
+
+def _check_task(task: Any, source: str) -> str:
+    if task in keys.ALL_TASKS:
+        if task in keys.INERT_TASKS:
+            warn_ignored(f"{source}: task {task!r} is ignored: msprobe {keys.INERT_TASKS[task]}; this debugger "
+                         f"dumps nothing for it (start/stop/step do nothing). Dump with one of "
+                         f"{list(keys.DUMP_TASKS)}, or monitor gradients with 'grad_probe'.")
+        return task
+    raise _fail(source, "task", f"is invalid: {task!r}" + keys.did_you_mean(str(task), keys.ALL_TASKS)
+                + f"; use one of {list(keys.WORKING_TASKS)}")
+
+
+def _check_level(level: Any, task: str, framework: str, source: str) -> str:
+    accepted = keys.LEVELS[framework]
+    if task not in keys.DUMP_TASKS and level in keys.ALL_LEVELS:
+        return level                      # a task that dumps nothing: the level is never used
+    if level in accepted:
+        return level
+    if level in keys.UNAVAILABLE_LEVELS:
+        raise _fail(source, "level", f"{level!r} {keys.UNAVAILABLE_LEVELS[level]}; it is not available for "
+                    f"{framework}: use one of {list(accepted)}")
+    raise _fail(source, "level", f"is invalid: {level!r}" + keys.did_you_mean(str(level), accepted)
+                + f"; use one of {list(accepted)}")
+
+
 def _check_section(section: dict, task: str, framework: str, source: str) -> dict:
-    known = DUMP_SECTION_KEYS.get(task)
-    if known is None:
+    if task not in keys.DUMP_TASKS:
         return {}
-    for key in section:
-        if key not in known:
-            raise _fail(source, f"{task}.{key}", f"is not a key of the '{task}' section; known keys: {list(known)}")
     out: dict = {}
     out["scope"] = _check_scope(_str_list(section.get("scope"), f"{task}.scope", source), framework, source)
     out["api_list"] = _str_list(section.get("list"), f"{task}.list", source)
@@ -161,6 +224,10 @@ def _check_section(section: dict, task: str, framework: str, source: str) -> dic
                     + (" with one element" if framework == "mindspore" else ""))
     out["data_mode"] = data_mode
     summary = section.get("summary_mode", "statistics") or "statistics"
+    if summary == "xor" and framework == "pytorch":
+        warn_ignored(f"{source}: '{task}.summary_mode' = 'xor' is ignored (26.x msprobe value): msprobe writes an "
+                     f"XOR check value instead of the statistics; here the statistics are written.")
+        summary = "statistics"
     if summary not in SUMMARY_MODES:
         raise _fail(source, f"{task}.summary_mode", f"is invalid: {summary!r}; use one of {list(SUMMARY_MODES)}")
     out["summary_mode"] = summary
@@ -176,6 +243,8 @@ def parse_config(raw: dict, *, framework: str = "pytorch", source: str = "<dict>
                  step: Optional[Sequence] = None, rank: Optional[Sequence] = None) -> DumpConfig:
     """Validate a parsed config.json and apply constructor overrides (argument > file > default).
 
+    Documented msprobe keys that are not implemented here each give one :class:`ConfigWarning`.
+
     Raises:
         ConfigError: a key or value is invalid; the message names the key and the accepted values.
     """
@@ -183,15 +252,10 @@ def parse_config(raw: dict, *, framework: str = "pytorch", source: str = "<dict>
         raise ConfigError(f"framework must be one of {list(FRAMEWORKS)}, got {framework!r}")
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the config must be a JSON object, got {type(raw).__name__}")
-    for key in raw:
-        if key not in TOP_LEVEL_KEYS:
-            raise _fail(source, key, f"is not a config.json key; known keys: {list(TOP_LEVEL_KEYS)}")
-    eff_task = task if task is not None else (raw.get("task") or "statistics")
-    if eff_task not in TASKS:
-        raise _fail(source, "task", f"is invalid, it should be one of {list(TASKS)}, got {eff_task!r}")
-    eff_level = level if level is not None else (raw.get("level") or "L1")
-    if eff_level not in LEVELS:
-        raise _fail(source, "level", f"is invalid, it should be one of {list(LEVELS)}, got {eff_level!r}")
+    _check_known_keys(raw, source)
+    eff_task = _check_task(task if task is not None else (raw.get("task") or "statistics"), source)
+    eff_level = _check_level(level if level is not None else (raw.get("level") or "L1"), eff_task, framework,
+                             source)
     eff_path = dump_path if dump_path is not None else raw.get("dump_path")
     if eff_path is None:
         raise _fail(source, "dump_path", "is missing: add \"dump_path\": \"./dump_path\" to the config or pass "
@@ -204,20 +268,58 @@ def parse_config(raw: dict, *, framework: str = "pytorch", source: str = "<dict>
     seed = raw.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= 2**32 - 1):
         raise _fail(source, "seed", f"must be an integer in [0, 4294967295], got {seed!r}")
-    for key in ("is_deterministic", "enable_dataloader"):
+    for key in ("is_deterministic", "enable_dataloader", "async_dump", "extra_info", "dump_enable"):
         if key in raw and not isinstance(raw[key], bool):
             raise _fail(source, key, f"must be true or false, got {raw[key]!r}")
-    section_raw = raw.get(eff_task, {})
-    if section_raw is None:
-        section_raw = {}
-    if not isinstance(section_raw, dict):
-        raise _fail(source, eff_task, f"must be a JSON object (the '{eff_task}' task section)")
+    section_raw = raw.get(eff_task) or {}
     section = _check_section(section_raw, eff_task, framework, source)
+    _warn_ignored_keys(raw, eff_task, source)
     return DumpConfig(task=eff_task, dump_path=eff_path, level=eff_level, framework=framework, rank=eff_rank,
                       step=eff_step, scope=section.get("scope", []), api_list=section.get("api_list", []),
                       data_mode=section.get("data_mode", ["all"]),
                       summary_mode=section.get("summary_mode", "statistics"),
                       file_format=section.get("file_format", "npy"), seed=seed, raw=dict(raw), source=source)
+
+
+def checker_section(data: Any, source: str) -> dict:
+    """The accuracy checker's settings from a config.json: its ``acc_check`` (26.x) or ``run_ut`` (1.x) section.
+
+    The rest of the file (a dump config) is accepted as it is. Online run_ut keys give one
+    :class:`ConfigWarning` each.
+
+    Raises:
+        TypeError, ValueError: the section or a value has the wrong type, or a key no msprobe release documents.
+    """
+    if not isinstance(data, dict):
+        raise TypeError(f"{source}: the top level must be an object with an 'acc_check' or 'run_ut' key")
+    name = "acc_check" if "acc_check" in data else "run_ut"
+    section = data.get(name, {})
+    if section is None:
+        section = {}
+    if not isinstance(section, dict):
+        raise TypeError(f"{source}: 'acc_check'/'run_ut' must be an object")
+    known = keys.SECTIONS[name]
+    for key, value in section.items():
+        info = known.get(key)
+        if info is None:
+            raise ValueError(f"{source}: '{name}.{key}' is not a key of the '{name}' section"
+                             + keys.did_you_mean(key, known) + f"; known keys: {list(known)}")
+        if info.kind == keys.IGNORED and not info.is_quiet(value):
+            warn_ignored(keys.ignored_message(source, f"{name}.{key}", info, value))
+    if name == "acc_check" and isinstance(data.get("run_ut"), dict) and data["run_ut"] != section:
+        warn_ignored(f"{source}: the 'run_ut' section is ignored: the file also has an 'acc_check' section (msprobe "
+                     f"26.x's name), which is the one read.")
+    out = {}
+    for key in ("white_list", "black_list"):
+        value = section.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{source}: {key} must be a list of API names, like [\"linear\", \"gelu\"]")
+        out[key] = value
+    edp = section.get("error_data_path", "./")
+    if not isinstance(edp, str):
+        raise TypeError(f"{source}: error_data_path must be a directory path string")
+    out["error_data_path"] = edp
+    return out
 
 
 def read_config_file(config_path: Any) -> dict:

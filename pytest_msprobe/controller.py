@@ -16,6 +16,7 @@ import pytest
 
 from . import resume, wire
 from .report import acc_csv
+from .report.standard_detect import mark_data_mode
 
 NAME = "msprobe-controller"
 
@@ -99,6 +100,7 @@ class Controller:
                 f"seed {s.seed}, fail on {s.fail_on}" + (", random data" if s.random else ""),
                 f"msprobe: writing {self.plan.result_csv}"
                 + (f" (resumed, {len(self.plan.done)} APIs kept)" if self.plan.resumed else "")] + \
+            ([f"msprobe: {s.standard_reason}"] if s.standard_reason else []) + \
             ([f"msprobe: hosts {self.hosts.describe()}"] if self.hosts is not None and self.hosts.describe() else [])
 
     # --- hooks: xdist workers and their hosts -----------------------------------------------------------------
@@ -175,7 +177,8 @@ class Controller:
         self.written.add(name)
         if self.writer is None:
             self.prepare(None)
-        self.writer.write_api(data["result"], data["details"], data.get("mode") or "")
+        self.writer.write_api(data["result"], data["details"],
+                              mark_data_mode(data.get("mode") or "", self.settings.standard))
         self.forward[data["forward"]] += 1
         self.backward[data["backward"] or "blank"] += 1
         self.kinds[data.get("kind", data.get("mode")) or "-"] += 1

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from dumpers.config import checker_section
+
 from .precision.standards import DEFAULT_STANDARD, STANDARDS
 from .precision.verdict import DEFAULT_FAIL_ON, FAIL_ON_CHOICES
 from .report.fmt import DEFAULT_PRECISION
@@ -238,22 +240,7 @@ def read_config_section(path: str) -> dict:
             data = json.loads(text)
         except ValueError as exc:
             raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise TypeError(f"{path}: the top level must be an object with an 'acc_check' or 'run_ut' key")
-    section = data.get("acc_check", data.get("run_ut", {}))
-    if not isinstance(section, dict):
-        raise TypeError(f"{path}: 'acc_check'/'run_ut' must be an object")
-    out = {}
-    for key in ("white_list", "black_list"):
-        value = section.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ValueError(f"{path}: {key} must be a list of API names, like [\"linear\", \"gelu\"]")
-        out[key] = value
-    edp = section.get("error_data_path", "./")
-    if not isinstance(edp, str):
-        raise TypeError(f"{path}: error_data_path must be a directory path string")
-    out["error_data_path"] = edp
-    return out
+    return checker_section(data, path)
 
 
 @dataclass
@@ -266,6 +253,7 @@ class Settings:
     devices: list | None = None
     max_workers_per_device: int = DEFAULT_MAX_WORKERS_PER_DEVICE
     standard: str = DEFAULT_STANDARD
+    standard_reason: str = ""            # why the standard was chosen, when it was detected (--msprobe-gpu-csv)
     fail_on: str = DEFAULT_FAIL_ON
     baseline: str | None = None
     result_csv: str | None = None
@@ -335,6 +323,9 @@ class Settings:
         s.examples = opt.msprobe_examples or DEFAULT_EXAMPLES
         s.edge_values = bool(opt.msprobe_edge_values)
         s.gpu_csv = opt.msprobe_gpu_csv
+        if s.gpu_csv and not (opt.msprobe_standard or ini("msprobe_standard")):
+            from .report.standard_detect import standard_for_gpu_csv
+            s.standard, s.standard_reason = standard_for_gpu_csv(s.gpu_csv)
         s.precision = opt.msprobe_precision or DEFAULT_PRECISION
         s.host_paths = [host_path(text) for text in getattr(opt, "msprobe_host_path", None) or []]
         return s

@@ -8,9 +8,13 @@ VENV=${MSPROBE_VENV:-.venv}
 if [ ! -x "$VENV"/bin/python ]; then
   "$PY" -m venv "$VENV"
 fi
-if ! "$VENV"/bin/python -c "import torch, pytest_msprobe, xdist, hypothesis, jinja2, matplotlib, mindspore, numba" >/dev/null 2>&1; then
+if ! "$VENV"/bin/python -c "import torch, pytest_msprobe, xdist, hypothesis, jinja2, matplotlib, mindspore, numba, transformers" >/dev/null 2>&1; then
   "$VENV"/bin/pip install -q --upgrade pip
   # the CPU build of torch first: a plain 'torch' requirement may pull a multi-GB CUDA build
   "$VENV"/bin/pip install -q "torch==2.13.0"
+  "$VENV"/bin/pip install -q -e ".[mindspore,test]"
+fi
+# torchvision's import fails beside the CPU torch (tests/zoo.py works around it), so it is checked by name
+if ! "$VENV"/bin/pip show -q torchvision >/dev/null 2>&1; then
   "$VENV"/bin/pip install -q -e ".[mindspore,test]"
 fi

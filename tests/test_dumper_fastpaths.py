@@ -610,3 +610,22 @@ def test_process_writer_whose_process_died_reports_it_and_training_goes_on(tmp_p
     writer.submit_copy(str(tmp_path / "late.pt"), torch.randn(10))     # after close(): dropped, no error
     assert writer.flush() and writer.dropped == dropped + 1
     writer.close()
+
+
+def test_finite_data_whose_norm_overflows_is_written_as_json_infinity(tmp_path):
+    from pytest_msprobe import PrecisionDebugger
+
+    big = torch.full((4, 64), torch.finfo(torch.float32).min)   # finite values, float32 Norm overflows
+    big[:, 0] = 0.25
+    PrecisionDebugger.reset()
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), task="statistics")
+    dbg.start()
+    torch.relu(big)
+    torch.relu(big)                    # the second look-up comes from the statistics cache
+    dbg.stop()
+    dbg.step()
+    PrecisionDebugger.reset()
+    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    for key in ("Torch.relu.0.forward", "Torch.relu.1.forward"):
+        item = data[key]["input_args"][0]
+        assert item["Norm"] == math.inf and item["Max"] == 0.25 and item["Min"] == torch.finfo(torch.float32).min

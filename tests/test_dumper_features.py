@@ -12,7 +12,7 @@ import torch
 
 from dumpers import format as fmt
 from dumpers import jsonfast
-from dumpers.config import ConfigError
+from dumpers.config import ConfigError, ConfigWarning
 from dumpers.journal import read_journal
 from dumpers.torch_dump import DumpPathError, PrecisionDebugger
 
@@ -276,8 +276,15 @@ def test_errors_are_clear(tmp_path):
         PrecisionDebugger(dump_path=str(tmp_path), level="L7")
     with pytest.raises(ConfigError, match="torch.nn.Module"):
         PrecisionDebugger(dump_path=str(tmp_path), model="not a model")
-    with pytest.raises(ConfigError, match="not supported"):
-        PrecisionDebugger(dump_path=str(tmp_path), task="overflow_check")
+    with pytest.warns(ConfigWarning, match="task 'overflow_check' is ignored") as seen:
+        inert = PrecisionDebugger(dump_path=str(tmp_path / "inert"), task="overflow_check")
+    assert len(seen) == 1                      # one warning, and a debugger whose calls do nothing
+    inert.start()
+    torch.relu(torch.ones(2))
+    inert.stop()
+    inert.step()
+    assert not os.path.exists(tmp_path / "inert")
+    PrecisionDebugger.reset()
     dbg = PrecisionDebugger(dump_path=str(tmp_path), level="mix")
     with pytest.raises(ConfigError, match="model"):
         dbg.start()

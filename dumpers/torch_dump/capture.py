@@ -7,7 +7,9 @@ without any bookkeeping. The handler stays as small as PyTorch's own logging mod
 
 ``torch.distributed`` collectives are plain Python functions that end in c10d ops and never consult
 ``__torch_function__``. They are captured by replacing the 17 listed functions on the
-``torch.distributed`` module object while the dump is on (restored by ``stop()``). That is the least
+``torch.distributed`` module object while the dump is on (restored by ``stop()``). Likewise the reflected
+operator slots of ``torch.Tensor`` (``__rmul__``...) are wrapped while the dump is on, only to note that
+Python chose the reflected operator (``0.5 * x`` and ``x * 0.5`` reach the mode as the same call). That is the least
 invasive choice: a dispatch-level mode would see every aten op of the step (a cost on each of them)
 and only c10d's internal op names and argument packing, not the Python API users call.
 """
@@ -23,7 +25,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from dumpers.torch_dump import wrap_lists
-from dumpers.torch_dump.registry import get_registry
+from dumpers.torch_dump.registry import get_registry, mark_reflected, restore_reflected
 from dumpers.torch_dump.session import DumpSession
 
 log = logging.getLogger("pytest_msprobe.dump")
@@ -39,7 +41,10 @@ class ApiCaptureMode(TorchFunctionMode):
     def __init__(self, session: DumpSession) -> None:
         super().__init__()
         self.session = session
-        self.lookup = get_registry().lookup
+        registry = get_registry()
+        self.lookup = registry.lookup
+        self.transparent = registry.transparent
+        self.reflected = ReflectedSlots()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
@@ -47,6 +52,13 @@ class ApiCaptureMode(TorchFunctionMode):
         session = self.session
         if session.busy:
             return func(*args, **kwargs)
+        try:
+            transparent = func in self.transparent
+        except TypeError:
+            transparent = False
+        if transparent:               # msprobe records what its body calls: run the body with capture on
+            with self:
+                return func.__wrapped__(*args, **kwargs)
         name = self.lookup(func, args)
         if name is None or sys._getframe(1).f_code.co_filename.endswith(_INTERNAL_CALLERS):
             return func(*args, **kwargs)
@@ -55,9 +67,11 @@ class ApiCaptureMode(TorchFunctionMode):
     # --- installation ----------------------------------------------------------------------------
     def push(self) -> None:
         self.__enter__()
+        self.reflected.install()
 
     def pop(self) -> bool:
         """Leave the mode stack; False (mode left in place, inert) if another mode was pushed above it."""
+        self.reflected.remove()
         stack = torch.overrides._get_current_function_mode_stack()
         if stack and stack[-1] is self:
             self.__exit__(None, None, None)
@@ -66,6 +80,48 @@ class ApiCaptureMode(TorchFunctionMode):
             log.warning("msprobe dump: another TorchFunctionMode was entered after start() and is still "
                         "active; the dumper's mode stays on the stack, inert, until that one exits.")
         return False
+
+
+class ReflectedSlots:
+    """Wraps ``torch.Tensor``'s reflected operator slots while the dump is on, to mark reflected calls."""
+
+    def __init__(self) -> None:
+        self.saved: dict = {}          # dunder -> the class attribute it replaced (None: inherited)
+
+    def install(self) -> None:
+        if self.saved:
+            return
+        cls = torch.Tensor
+        for dunder in wrap_lists.REFLECTED_SLOTS:
+            target = getattr(cls, dunder, None)
+            if target is None or getattr(target, "__msprobe_original__", None) is not None:
+                continue
+            self.saved[dunder] = cls.__dict__.get(dunder)
+            setattr(cls, dunder, _reflected_wrapper(dunder, target))
+
+    def remove(self) -> None:
+        cls = torch.Tensor
+        for dunder, original in self.saved.items():
+            if getattr(cls.__dict__.get(dunder), "__msprobe_original__", None) is None:
+                continue               # someone replaced it after us: leave theirs in place
+            if original is None:
+                delattr(cls, dunder)
+            else:
+                setattr(cls, dunder, original)
+        self.saved.clear()
+
+
+def _reflected_wrapper(dunder: str, original: Any) -> Any:
+    def reflected(self, other):
+        previous = mark_reflected(self, dunder)
+        try:
+            return original(self, other)
+        finally:
+            restore_reflected(previous)
+
+    reflected.__name__ = reflected.__qualname__ = dunder
+    reflected.__msprobe_original__ = original
+    return reflected
 
 
 class DistributedWrappers:

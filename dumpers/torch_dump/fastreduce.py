@@ -193,7 +193,9 @@ def summarize(array: np.ndarray) -> Optional[list]:
     except Exception as exc:  # noqa: BLE001
         log.debug("one-pass statistics failed (%s); falling back", exc)
         return None
-    return [float(mx), float(mn), float(mean), float(norm)] if ok else None
+    if not ok or not np.isfinite(norm):   # a Norm beyond the dtype's range is left to the general path
+        return None
+    return [float(mx), float(mn), float(mean), float(norm)]
 
 
 # float32 magnitudes whose squares, and a block's sum of them, stay in float32's normal range
@@ -224,5 +226,7 @@ def summarize_memory(address: int, n: int, float32: bool) -> Optional[list]:
         where = ctypes.addressof(out)
         _local.out = out, where
     if entry[0](address, address, n, where):
-        return [out[0], out[1], out[2], out[3]]
+        norm = out[3]
+        if norm - norm == 0.0:         # finite data can still have a Norm beyond the dtype's range (inf)
+            return [out[0], out[1], out[2], norm]
     return None

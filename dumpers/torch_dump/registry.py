@@ -5,7 +5,9 @@ A :class:`~torch.overrides.TorchFunctionMode` receives the framework's own calla
 the wrap lists. Python operators are the one ambiguity: ``a * b`` reaches the mode as
 ``Tensor.mul``, exactly like ``a.mul(b)``. For those callables the registry reads the instruction the
 calling frame is executing (``BINARY_OP *`` vs a call) to tell ``Tensor.__mul__`` from ``Tensor.mul``,
-the way msprobe, which wraps the dunders themselves, names them.
+the way msprobe, which wraps the dunders themselves, names them. Reflected operators (``0.5 * x``) arrive
+as the same plain method with the same arguments; the dumper's wrappers of those slots
+(:class:`~dumpers.torch_dump.capture.ReflectedSlots`) mark the call with :func:`mark_reflected`.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import dis
 import operator
 import os
 import sys
+import threading
 import types
 from typing import Any, Callable, Optional
 
@@ -22,14 +25,26 @@ from dumpers.torch_dump import wrap_lists
 
 ApiName = tuple  # (prefix, api)
 
-_SKIP_FRAME_FILES = ("torch/overrides.py", "torch/_tensor.py", "torch\\overrides.py", "torch\\_tensor.py")
+_SKIP_FRAME_FILES = ("torch/overrides.py", "torch\\overrides.py")
+_TENSOR_FILES = ("torch/_tensor.py", "torch\\_tensor.py")
 # the operator module's functions for every Python operator (they call the same Tensor slots)
 _OPERATOR_FUNCTIONS = ("add", "and_", "floordiv", "lshift", "matmul", "mul", "mod", "or_", "pow", "rshift", "sub",
                        "truediv", "xor", "eq", "ne", "lt", "le", "gt", "ge", "iadd", "iand", "ifloordiv",
                        "ilshift", "imatmul", "imul", "imod", "ior", "ipow", "irshift", "isub", "itruediv", "ixor")
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
-_NAME_LOADS = ("LOAD_FAST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW")
-_CONST_LOADS = ("LOAD_CONST", "LOAD_SMALL_INT")
+_REFLECTED = threading.local()        # .call = (tensor, dunder) while a reflected slot wrapper runs
+
+
+def mark_reflected(tensor: Any, dunder: Optional[str]) -> Any:
+    """Note that Python chose ``tensor.<dunder>`` (a reflected operator); returns the previous mark."""
+    previous = getattr(_REFLECTED, "call", None)
+    _REFLECTED.call = None if dunder is None else (tensor, dunder)
+    return previous
+
+
+def restore_reflected(previous: Any) -> None:
+    """Put back the mark :func:`mark_reflected` returned (nested operators)."""
+    _REFLECTED.call = previous
 
 
 def _resolve_attr(root: Any, dotted: str) -> Any:
@@ -48,6 +63,7 @@ class ApiRegistry:
         self.by_func: dict = {}
         self.tensor_names = frozenset(wrap_lists.TENSOR)
         self.operator_funcs: dict = {}      # func -> method name, for callables an operator can reach
+        self.transparent: frozenset = frozenset(_python_dunders(wrap_lists.TRANSPARENT_DUNDERS))
         self._instr_cache: dict = {}
         self._build()
 
@@ -124,6 +140,10 @@ class ApiRegistry:
     # --- look-up -------------------------------------------------------------------------------
     def lookup(self, func: Callable, args: tuple) -> Optional[ApiName]:
         """The dump name of a call, or None when the call is not recorded."""
+        marked = getattr(_REFLECTED, "call", None)
+        if marked is not None and args and args[0] is marked[0]:
+            _REFLECTED.call = None
+            return ("Tensor", marked[1]) if marked[1] in self.tensor_names else None
         try:
             op_method = self.operator_funcs.get(func)
         except TypeError:
@@ -148,30 +168,25 @@ class ApiRegistry:
         return None
 
     def _operator_dunder(self, args: tuple) -> Optional[str]:
-        """The dunder the user's frame is executing, or None when it is a plain call."""
-        frame: Optional[types.FrameType] = sys._getframe(1)
-        while frame is not None and (frame.f_code.co_filename.endswith(_SKIP_FRAME_FILES)
-                                     or frame.f_code.co_filename.startswith(_OWN_DIR)):
-            frame = frame.f_back
-        if frame is None:
-            return None
-        code, offset = frame.f_code, frame.f_lasti
-        info = self._instruction_info(code, offset)
-        if info is None:
-            return None
-        dunder, left = info
-        reflected = wrap_lists.REFLECTED.get(dunder)
-        if reflected and len(args) > 1 and not isinstance(args[1], torch.Tensor) and left is not None:
-            kind, name = left
-            if kind == "const":
-                return reflected
-            if kind == "name":
-                value = frame.f_locals.get(name, frame.f_globals.get(name))
-                if value is not None and not isinstance(value, torch.Tensor):
-                    return reflected
-        return dunder
+        """The dunder the user's frame is executing, or None when it is a plain call.
 
-    def _instruction_info(self, code: types.CodeType, offset: int) -> Optional[tuple]:
+        torch's own frames are passed over unless they execute the operator themselves (the body of
+        ``Tensor.__rdiv__`` multiplies with ``*``).
+        """
+        frame: Optional[types.FrameType] = sys._getframe(1)
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if filename.endswith(_SKIP_FRAME_FILES) or filename.startswith(_OWN_DIR):
+                frame = frame.f_back
+                continue
+            dunder = self._instruction_info(frame.f_code, frame.f_lasti)
+            if dunder is None and filename.endswith(_TENSOR_FILES):
+                frame = frame.f_back
+                continue
+            return dunder
+        return None
+
+    def _instruction_info(self, code: types.CodeType, offset: int) -> Optional[str]:
         key = (code, offset)
         try:
             return self._instr_cache[key]
@@ -191,45 +206,29 @@ class ApiRegistry:
         return info
 
     @staticmethod
-    def _classify(instrs: list, index: int) -> Optional[tuple]:
+    def _classify(instrs: list, index: int) -> Optional[str]:
         ins = instrs[index]
         op = ins.opname
         if op == "BINARY_OP":
             symbol = ins.argrepr
             dunder = wrap_lists.BINARY_OPERATORS.get(symbol)
-            if dunder is None:
-                return None
-            return dunder, _left_operand(instrs, index)
+            return dunder
         if op == "COMPARE_OP":
             symbol = str(ins.argval).replace("bool(", "").rstrip(")")
-            dunder = wrap_lists.COMPARE_OPERATORS.get(symbol)
-            return (dunder, None) if dunder else None
+            return wrap_lists.COMPARE_OPERATORS.get(symbol)
         if op in wrap_lists.UNARY_OPERATORS:
-            return wrap_lists.UNARY_OPERATORS[op], None
+            return wrap_lists.UNARY_OPERATORS[op]
         return None
 
 
-def _left_operand(instrs: list, index: int) -> Optional[tuple]:
-    """How the left operand of the binary instruction at ``index`` was loaded, if simply."""
-    need = 1
-    j = index - 1
-    while j >= 0 and index - j < 64:
-        ins = instrs[j]
-        try:
-            need -= dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None)
-        except ValueError:
-            return None
-        if need <= 0:
-            break
-        j -= 1
-    if need != 0 or j < 1:
-        return None
-    left = instrs[j - 1]
-    if left.opname in _CONST_LOADS:
-        return ("const", None)
-    if left.opname in _NAME_LOADS and isinstance(left.argval, str):
-        return ("name", left.argval)
-    return None
+def _python_dunders(names: tuple) -> list:
+    """The Python-level functions (with a ``__wrapped__`` body) behind these ``torch.Tensor`` dunders."""
+    found = []
+    for name in names:
+        func = torch.Tensor.__dict__.get(name)
+        if callable(func) and callable(getattr(func, "__wrapped__", None)):
+            found.append(func)
+    return found
 
 
 _REGISTRY: Optional[ApiRegistry] = None

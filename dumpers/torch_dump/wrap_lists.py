@@ -2,8 +2,10 @@
 
 One table per namespace; names absent from the running torch are skipped when the registry is built.
 Deliberately absent (spec 10.1): factories and RNG, movement/view/meta methods (``Tensor.to/cpu/cuda/
-clone/detach/view/expand/contiguous/float/half/type/item/size/numel/dim/tolist/numpy/copy_/zero_``) and
-reflected operators other than ``__radd__``/``__rmul__`` (``__pow__``, ``__neg__``, ``__rsub__``...).
+clone/detach/view/expand/contiguous/float/half/type/item/size/numel/dim/tolist/numpy/copy_/zero_``; msprobe
+26.2 lists ``to``, ``float`` and ``expand`` but skips them at its default ``risk_level``) and ``__neg__``.
+The reflected operators are msprobe 26.2's (``__radd__ __rmul__ __rsub__ __rpow__ __rmod__ __ror__ __rxor__``):
+``0.5 * x`` is ``Tensor.__rmul__`` with the tensor first, ``(x, 0.5)``, as msprobe records it.
 ``torch.ops.aten`` calls are recorded by rule (any explicit ``torch.ops.aten`` call), not by list.
 """
 from __future__ import annotations
@@ -35,7 +37,8 @@ multi_head_attention_forward scaled_dot_product_attention lp_pool3d dropout1d mi
 TENSOR = _names("""
 __add__ __and__ __bool__ __div__ __eq__ __ge__ __gt__ __getitem__ __iadd__ __iand__ __idiv__ __ifloordiv__
 __ilshift__ __imod__ __imul__ __ior__ __irshift__ __isub__ __ixor__ __lshift__ __matmul__ __mod__ __mul__
-__nonzero__ __or__ __radd__ __rmul__ __rshift__ __setitem__ __sub__ __truediv__ __xor__
+__nonzero__ __or__ __radd__ __rmod__ __rmul__ __ror__ __rpow__ __rshift__ __rsub__ __rxor__ __setitem__ __sub__
+__truediv__ __xor__
 abs abs_ absolute absolute_ acos acos_ acosh acosh_ add add_ addbmm addbmm_ addcdiv addcdiv_ addcmul addcmul_
 addmm addmm_ addmv addmv_ addr addr_ align_as align_to all allclose amax amin angle any arccos arccos_ arccosh
 arccosh_ arcsin arcsin_ arcsinh arcsinh_ arctan arctan_ arctanh arctanh_ argmax argmin argsort asin asin_ asinh
@@ -161,4 +164,15 @@ BINARY_OPERATORS = {
 }
 COMPARE_OPERATORS = {"==": "__eq__", "!=": "__ne__", "<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__"}
 UNARY_OPERATORS = {"UNARY_NEGATIVE": "__neg__", "UNARY_INVERT": "__invert__", "UNARY_POSITIVE": "__pos__"}
-REFLECTED = {"__add__": "__radd__", "__mul__": "__rmul__"}
+
+# Reflected operators that reach ``__torch_function__`` as the plain method (``0.5 * x`` arrives as
+# ``Tensor.mul(x, 0.5)``, like ``x * 0.5``). While dumping, these slots of ``torch.Tensor`` are wrapped so the
+# dumper knows Python chose the reflected one, as msprobe's own wrappers of them do. ``__rand__`` is not in
+# msprobe's list: ``5 & x`` is not recorded (msprobe sees nothing either).
+REFLECTED_SLOTS = ("__radd__", "__rmul__", "__ror__", "__rxor__", "__rand__")
+
+# Python-level operator functions of ``torch.Tensor`` that msprobe does not wrap: msprobe records the APIs
+# their bodies call (``1 / x`` is ``Tensor.reciprocal`` then ``Tensor.__mul__``; ``7 // x`` is
+# ``Torch.floor_divide(7, x)``), so the dumper runs their bodies with capture on instead of recording them.
+TRANSPARENT_DUNDERS = ("__rdiv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__rlshift__", "__rrshift__",
+                       "__rmatmul__", "__ipow__")

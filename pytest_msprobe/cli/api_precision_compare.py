@@ -34,9 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accuracy_checking_details_*.csv of the reference device, same dump")
     parser.add_argument("-o", "--out", "--out_path", dest="out", default="./", metavar="DIR",
                         help="directory for the two api_precision_compare CSVs (default: ./)")
-    parser.add_argument("--standard", default=DEFAULT_STANDARD, choices=sorted(STANDARDS),
-                        help=f"precision standard version (default {DEFAULT_STANDARD}); use 26.2 for "
-                             f"details CSVs written by msprobe 26.2 acc_check")
+    parser.add_argument("--standard", default=None, choices=sorted(STANDARDS),
+                        help=f"precision standard version; default: the one the CSVs were written under "
+                             f"(msprobe 1.0.4 run_ut or 26.2 acc_check, recognised from their cells; "
+                             f"{DEFAULT_STANDARD} when nothing tells)")
     parser.add_argument("--plot", action="store_true",
                         help="also write api_precision_compare_ratios_{timestamp}.png (ratios vs limits)")
 
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
                else "pass" if "pass" in cells else "SKIP")
         counts[key] += 1
     out = sys.stdout
+    print(outcome.standard_reason or f"standard {outcome.version}", file=out)
     print(f"api_precision_compare (standard {outcome.version}): {len(outcome.apis)} APIs, "
           + ", ".join(f"{n} {s}" for s, n in counts.items()), file=out)
     for name in outcome.failed:

@@ -336,6 +336,7 @@ class CompareOutcome(Mapping):
     rows: list
     version: str
     plot_png: Path | None = None
+    standard_reason: str = ""
 
     def __getitem__(self, name: str) -> tuple:
         forward, backward, _ = self.apis[name]
@@ -376,7 +377,8 @@ def run_compare(npu_details_csv: PathLike, gpu_details_csv: PathLike, out_dir: P
     """Compare an NPU details CSV with a GPU details CSV and write the two compare CSVs into ``out_dir``.
 
     Args:
-        version: precision standard name ("1.0.4" or "26.2").
+        version: precision standard name ("1.0.4" or "26.2"); None: the one the CSVs were written under
+            (:mod:`.standard_detect`), and why is ``standard_reason`` of the outcome.
         plot: also write ``api_precision_compare_ratios_{ts}.png`` (matplotlib, Agg).
         timestamp: ``YYYYmmddHHMMSS`` of the file names (existing files are replaced); default the
             local start time, moved on by a second while ``out_dir`` already has a compare of that name.
@@ -385,11 +387,12 @@ def run_compare(npu_details_csv: PathLike, gpu_details_csv: PathLike, out_dir: P
         ApcInputError: an input CSV cannot be read (the message names file and column).
         ValueError: unknown version.
     """
-    version = version or DEFAULT_STANDARD
-    R.get_rules(version)
+    if version:
+        R.get_rules(version)
     started = time.time()
     npu = read_details(npu_details_csv, "NPU")
     gpu = read_details(gpu_details_csv, "GPU")
+    version, why = _standard_of(npu, gpu, version)
     rows, results = compare_tables(npu, gpu, version=version)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -399,9 +402,20 @@ def run_compare(npu_details_csv: PathLike, gpu_details_csv: PathLike, out_dir: P
     write_csv(result_csv, APC_RESULT_HEADER, [result_record(r) for r in results])
     write_csv(details_csv, APC_DETAILS_HEADER, [details_record(n, v) for n, v in rows])
     outcome = CompareOutcome(result_csv, details_csv,
-                             {r.name: (r.forward, r.backward, r.message) for r in results}, rows, version)
+                             {r.name: (r.forward, r.backward, r.message) for r in results}, rows, version,
+                             standard_reason=why)
     if plot:
         from .apc_plot import plot_ratios
 
         outcome.plot_png = plot_ratios(rows, out / f"api_precision_compare_ratios_{ts}.png", version=version)
     return outcome
+
+
+def _standard_of(npu: DetailsTable, gpu: DetailsTable, requested: str | None) -> tuple:
+    """(standard, why): ``requested``, or the one both CSVs were written under."""
+    from .standard_detect import choose_standard, detect_standard
+
+    try:
+        return choose_standard(detect_standard(npu.rows), detect_standard(gpu.rows), requested)
+    except ValueError as exc:
+        raise ApcInputError(str(exc)) from None
