@@ -12,7 +12,7 @@ import torch
 from dumpers import config_keys as keys
 from dumpers.config import ConfigError, ConfigWarning, checker_section, parse_config
 from pytest_msprobe import PrecisionDebugger
-from pytest_msprobe import options
+from pytest_msprobe import settings
 
 PACKAGED = ("config_26.json", "config_1x.json")
 
@@ -51,7 +51,7 @@ def test_packaged_config_drives_the_checker_option(data_dir, tmp_path, name):
     path, _ = packaged(data_dir, name, tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConfigWarning)
-        assert options.read_config_section(path) == {"white_list": [], "black_list": [], "error_data_path": "./"}
+        assert settings.read_config_section(path) == {"white_list": [], "black_list": [], "error_data_path": "./"}
 
 
 def test_checker_reads_acc_check_before_run_ut_and_says_so(tmp_path):
