@@ -29,7 +29,9 @@ from .sides import BENCH, DEVICE, Call, Side, copy_tensor, item_seed, map_leaves
 def run_side(adapter: Any, call: Call, role: str, raise_to: Any, backend: Any, index: int,
              backward: bool) -> Side:
     """Prepare the inputs of one side (copy, raise, convert, move), seed, call, backward, read back."""
-    copy = lambda x: copy_tensor(x, raise_to, call.api)  # noqa: E731 - the leaf function of map_leaves
+    def copy(x: Any) -> Any:
+        return copy_tensor(x, raise_to, call.api)
+
     args = adapter.to_framework(map_leaves(copy, list(call.args)))
     kwargs = adapter.to_framework(map_leaves(copy, dict(call.kwargs)))
     if role == DEVICE:
