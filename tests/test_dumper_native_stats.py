@@ -182,8 +182,10 @@ def test_a_cache_directory_others_may_write_is_not_trusted(tmp_path):
     cache = tmp_path / "shared"
     cache.mkdir()
     cache.chmod(0o777)
-    backend, path = json.loads(_in_child(CHILD, {"MSPROBE_CACHE_DIR": str(cache)}))
-    assert backend != "native" and not Path(path).exists()
+    code = ("import json; from dumpers.torch_dump import native; "
+            "print(json.dumps([native.load() is None, native.library_path()]))")
+    refused, path = json.loads(_in_child(code, {"MSPROBE_CACHE_DIR": str(cache)}))
+    assert refused and not Path(path).exists()
 
 
 def test_without_a_compiler_numba_or_the_plain_path_serves(tmp_path):

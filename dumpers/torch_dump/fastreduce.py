@@ -7,7 +7,7 @@ loop reads every element once and keeps four running values per lane: the maximu
 order-preserving integer keys of the float bits (integer min/max vectorise; float ones with NaN
 semantics do not), the sum and the sum of squares in float64.
 
-Element ``i`` goes to lane ``i % 16`` and the 16 lanes are combined in a fixed order, so the numbers
+Element ``i`` goes to lane ``i % 32`` and the 32 lanes are combined in a fixed order, so the numbers
 are the same on every CPU whatever its vector width, and the same from either implementation:
 
 1. :mod:`dumpers.torch_dump.native`, the loop in C, compiled once per user and cached (all four dtypes);
@@ -16,7 +16,7 @@ are the same on every CPU whatever its vector width, and the same from either im
    torch/numpy reductions run.
 
 For float32, bfloat16 and float16 data every value and every square is exact in float64, so Mean and
-Norm are the exact values up to float64 additions (relative error about ``n / 16 * 2**-53`` at worst),
+Norm are the exact values up to float64 additions (relative error about ``n / 32 * 2**-53`` at worst),
 rounded once to the dtype; float64 sums are compensated. Only finite data takes this path: a NaN or
 an infinity (or a Norm that overflows the dtype) makes :func:`summarize_memory` return None, so the
 caller's NaN-aware path decides.
@@ -38,7 +38,7 @@ from dumpers.torch_dump import native
 log = logging.getLogger("pytest_msprobe.dump")
 
 MIN_ELEMENTS = 64            # below this the call overhead dominates: the plain path is as fast
-LANES = 16
+LANES = 32                   # element i goes to lane i % LANES (native.SOURCE's L)
 
 _kernels: Optional[dict] = None
 _local = threading.local()

@@ -1,8 +1,8 @@
 """The one-pass statistics kernel in C: compiled once per user into a cache directory, loaded with ctypes.
 
-The kernel reads every element once and keeps, in 16 fixed lanes, the maximum and minimum (as
+The kernel reads every element once and keeps, in 32 fixed lanes, the maximum and minimum (as
 order-preserving integer keys of the float bits) and the sum and sum of squares in float64. Element
-``i`` always goes to lane ``i % 16`` and the lanes are combined in one fixed tree, so the result does
+``i`` always goes to lane ``i % 32`` and the lanes are combined in one fixed tree, so the result does
 not depend on the vector width the compiler or the CPU picks (SSE2, AVX2, AVX-512, NEON: the same
 bits); contraction into fused multiply-adds is off for the same reason.
 
@@ -37,7 +37,7 @@ SOURCE = r"""
 #include <string.h>
 #include <math.h>
 
-#define L 16
+#define L 32
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(MSPROBE_NO_CLONES)
 #define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -47,6 +47,7 @@ SOURCE = r"""
 static inline float asf(uint32_t b) { float f; memcpy(&f, &b, 4); return f; }
 static inline uint32_t asb(float f) { uint32_t b; memcpy(&b, &f, 4); return b; }
 static inline int32_t key32(uint32_t b) { int32_t k = (int32_t)b; return k ^ ((k >> 31) & 0x7fffffff); }
+static inline int16_t key16(uint16_t b) { int16_t k = (int16_t)b; return (int16_t)(k ^ ((k >> 15) & 0x7fff)); }
 static inline int64_t key64(uint64_t b) { int64_t k = (int64_t)b; return k ^ ((k >> 63) & 0x7fffffffffffffffLL); }
 
 /* float16 bits -> float32 bits, exactly (subnormals through one exact float32 subtraction) */
@@ -67,31 +68,34 @@ static double round_to(double x, int bits, int qmin, double max) {
     return fabs(r) > max ? copysign(INFINITY, r) : r;
 }
 
-#define LANES32(LOAD) \
-    int32_t hi[L], lo[L]; double s[L], q[L]; \
-    for (int j = 0; j < L; j++) { hi[j] = INT32_MIN; lo[j] = INT32_MAX; s[j] = 0.0; q[j] = 0.0; } \
+/* KT: the integer key type (16-bit keys for 16-bit data), KEY: bits -> key, LOAD: element -> float32 bits */
+#define LANES(KT, KMIN, KMAX, KEY, LOAD, ENDS) \
+    KT hi[L], lo[L]; double s[L], q[L]; \
+    for (int j = 0; j < L; j++) { hi[j] = KMIN; lo[j] = KMAX; s[j] = 0.0; q[j] = 0.0; } \
     int64_t i = 0; \
     for (; i + L <= n; i += L) \
         for (int j = 0; j < L; j++) { \
-            uint32_t b = LOAD(i + j); int32_t k = key32(b); double d = (double)asf(b); \
+            KT k = KEY(x[i + j]); double d = (double)asf(LOAD(x[i + j])); \
             hi[j] = hi[j] > k ? hi[j] : k; lo[j] = lo[j] < k ? lo[j] : k; s[j] += d; q[j] += d * d; } \
     for (int j = 0; i < n; i++, j++) { \
-        uint32_t b = LOAD(i); int32_t k = key32(b); double d = (double)asf(b); \
+        KT k = KEY(x[i]); double d = (double)asf(LOAD(x[i])); \
         hi[j] = hi[j] > k ? hi[j] : k; lo[j] = lo[j] < k ? lo[j] : k; s[j] += d; q[j] += d * d; } \
     for (int w = L / 2; w >= 1; w /= 2) \
         for (int j = 0; j < w; j++) { \
             s[j] += s[j + w]; q[j] += q[j + w]; \
             hi[j] = hi[j] > hi[j + w] ? hi[j] : hi[j + w]; lo[j] = lo[j] < lo[j + w] ? lo[j] : lo[j + w]; } \
-    out[0] = asf((uint32_t)key32((uint32_t)hi[0])); out[1] = asf((uint32_t)key32((uint32_t)lo[0])); \
+    out[0] = asf(ENDS(hi[0])); out[1] = asf(ENDS(lo[0])); \
     if (!(isfinite(s[0]) && isfinite(q[0]))) return 0; \
     double mean = s[0] / (double)n, norm = sqrt(q[0]);
 
-#define LOAD_F32(idx) (x[idx])
-#define LOAD_BF16(idx) ((uint32_t)x[idx] << 16)
-#define LOAD_F16(idx) (f16bits(x[idx]))
+#define SAME(b) (b)
+#define BF16(h) ((uint32_t)(h) << 16)
+#define ENDS32(k) ((uint32_t)key32((uint32_t)(k)))
+#define ENDS_BF16(k) BF16((uint16_t)key16((uint16_t)(k)))
+#define ENDS_F16(k) f16bits((uint16_t)key16((uint16_t)(k)))
 
 CLONES int msprobe_stats_f32(const uint32_t *x, int64_t n, double *out) {
-    LANES32(LOAD_F32)
+    LANES(int32_t, INT32_MIN, INT32_MAX, key32, SAME, ENDS32)
     /* volatile: GCC 12 dropped this rounding at -O1 and above */
     volatile float mean32 = (float)mean, norm32 = (float)norm;
     out[2] = mean32; out[3] = norm32;
@@ -99,13 +103,13 @@ CLONES int msprobe_stats_f32(const uint32_t *x, int64_t n, double *out) {
 }
 
 CLONES int msprobe_stats_bf16(const uint16_t *x, int64_t n, double *out) {
-    LANES32(LOAD_BF16)
+    LANES(int16_t, INT16_MIN, INT16_MAX, key16, BF16, ENDS_BF16)
     out[2] = round_to(mean, 8, -133, 0x1.fep127); out[3] = round_to(norm, 8, -133, 0x1.fep127);
     return isfinite(out[3]);
 }
 
 CLONES int msprobe_stats_f16(const uint16_t *x, int64_t n, double *out) {
-    LANES32(LOAD_F16)
+    LANES(int16_t, INT16_MIN, INT16_MAX, key16, f16bits, ENDS_F16)
     out[2] = round_to(mean, 11, -24, 65504.0); out[3] = round_to(norm, 11, -24, 65504.0);
     return isfinite(out[3]);
 }
