@@ -21,6 +21,7 @@ _CALLS = ("CALL", "CALL_KW", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW")
 
 _signatures: dict = {}
 _shapes: dict = {}
+_instructions: dict = {}               # code object -> its instructions (disassembled once)
 
 
 def _signature(func: Any) -> Optional[inspect.Signature]:
@@ -43,7 +44,7 @@ def _call_shape(code: Any, offset: int) -> Optional[tuple]:
         return _shapes[key]
     shape = None
     try:
-        instrs = list(dis.get_instructions(code))
+        instrs = instructions(code)
         idx = instruction_index(instrs, offset)
         ins = instrs[idx]
         if ins.opname in _CALLS and isinstance(ins.arg, int):
@@ -60,6 +61,16 @@ def _call_shape(code: Any, offset: int) -> Optional[tuple]:
         shape = None
     _shapes[key] = shape
     return shape
+
+
+def instructions(code: Any) -> list:
+    """``dis.get_instructions(code)`` as a list, disassembled once per code object."""
+    instrs = _instructions.get(code)
+    if instrs is None:
+        if len(_instructions) > 4096:
+            _instructions.clear()
+        instrs = _instructions[code] = list(dis.get_instructions(code))
+    return instrs
 
 
 def instruction_index(instrs: list, offset: int) -> int:

@@ -12,6 +12,7 @@ import torch
 from dumpers.config import ConfigError, DumpConfig, load_config
 from dumpers.torch_dump.capture import ApiCaptureMode, DistributedWrappers
 from dumpers.torch_dump import stack as stacklib
+from dumpers.torch_dump import stats
 from dumpers.torch_dump.module_hooks import ModuleHooks
 from dumpers.torch_dump.session import DumpPathError, DumpSession
 
@@ -103,6 +104,7 @@ class PrecisionDebugger:
             if model is not None and config.level == "L1":
                 log.warning("The current level is not L0 or mix level, so the model parameters will not be used.")
             self.session = DumpSession(config)
+            stats.warm_up()
         self._mode: Optional[ApiCaptureMode] = None
         self._dist: Optional[DistributedWrappers] = None
         self._hooks: dict = {}

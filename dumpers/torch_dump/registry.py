@@ -194,9 +194,9 @@ class ApiRegistry:
             pass
         info = None
         try:
-            from dumpers.torch_dump.callargs import instruction_index
+            from dumpers.torch_dump.callargs import instruction_index, instructions
 
-            instrs = list(dis.get_instructions(code))
+            instrs = instructions(code)
             info = self._classify(instrs, instruction_index(instrs, offset))
         except Exception:
             info = None

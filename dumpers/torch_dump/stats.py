@@ -25,6 +25,11 @@ from dumpers.torch_dump import fastreduce
 _EXTRA_KEYS = ("Max_except_inf_nan", "Min_except_inf_nan", "md5")
 
 
+def warm_up() -> None:
+    """Load (or, the first time for this user, compile) the one-pass kernel now, not in the first dumped step."""
+    fastreduce.kernels()
+
+
 def version_of(t: torch.Tensor) -> Optional[int]:
     """The tensor's version counter; None for inference tensors, which have none (never cached)."""
     return None if t.is_inference() else t._version
@@ -67,7 +72,9 @@ def _mean(t: torch.Tensor) -> torch.Tensor:
 
 # dtypes whose CPU max/min numpy computes exactly and several times faster than ``torch.aminmax``
 _MAX, _MIN = np.maximum.reduce, np.minimum.reduce
-_ONE_PASS = (torch.float32, torch.float64)
+# dtypes the one-pass kernel reads (by the name it knows them by)
+_ONE_PASS = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
+             torch.float16: "float16"}
 _NUMPY_MINMAX = frozenset((torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
                            torch.uint8))
 
@@ -87,8 +94,8 @@ def _permuted_dense(t: torch.Tensor) -> bool:
 def _cpu_numbers(t: torch.Tensor, kind: str) -> list:
     """The statistics of a CPU tensor as Python numbers, computed now (no later sync to save on the host).
 
-    Finite float32/float64 tensors that are contiguous or permuted-dense take the one-pass kernel
-    (:mod:`fastreduce`). Otherwise Max and Min of float32/float64 and integer tensors come from
+    Finite float32/float64/bfloat16/float16 tensors that are contiguous or permuted-dense take the
+    one-pass kernel (:mod:`fastreduce`). Otherwise Max and Min of float32/float64 and integer tensors come from
     numpy's vectorised reductions over the same memory (exact, NaN-propagating like ``aminmax``) and
     Mean and Norm from torch's.
     """
@@ -97,7 +104,7 @@ def _cpu_numbers(t: torch.Tensor, kind: str) -> list:
     one_pass = kind == "float" and t.dtype in _ONE_PASS and not t.is_neg() \
         and (t.is_contiguous() or _permuted_dense(t))
     if one_pass:
-        numbers = fastreduce.summarize_memory(t.data_ptr(), t.numel(), t.dtype is torch.float32)
+        numbers = fastreduce.summarize_memory(t.data_ptr(), t.numel(), _ONE_PASS[t.dtype])
         if numbers is not None:
             return numbers
     if kind in ("float", "int") and t.dtype in _NUMPY_MINMAX:
@@ -309,7 +316,7 @@ class StatBatch:
             return self._text_of(t, cacheable, level)
         values = None
         if dtype in _ONE_PASS and t.is_contiguous() and not t.is_neg():
-            values = fastreduce.summarize_memory(t.data_ptr(), t.numel(), dtype is torch.float32)
+            values = fastreduce.summarize_memory(t.data_ptr(), t.numel(), _ONE_PASS[dtype])
         if values is not None:          # the one-pass kernel answers for finite data only
             mx, mn, mean, norm = values
             if version is not None:     # (a twin's data is read only for non-finite values or md5)
