@@ -220,7 +220,6 @@ def test_one_pass_statistics_are_the_exact_values_rounded(dtype, shape):
 
 def test_the_summation_bound_catches_a_kernel_that_drops_a_block():
     """The derived bounds are loose (worst case, any order) but still far below what a real bug costs."""
-    from dumpers.torch_dump import fastreduce
     torch.manual_seed(3)
     t = (torch.randn(256, 1024, dtype=torch.float64) * 1e3 + 7).float()
     mean_err, norm_err = summation_error_bounds(t, F32_BLOCK)
@@ -278,7 +277,6 @@ def test_statistics_without_the_jit_match_the_jit(tmp_path):
     """MSPROBE_DUMP_JIT=0 (or no numba) gives the same Max/Min, and Mean/Norm within float32 summation bounds."""
     import subprocess
     import sys
-    from dumpers.torch_dump import fastreduce
     code = ("import json, sys, torch; from dumpers.torch_dump.stats import StatBatch; torch.manual_seed(0); "
             "b = StatBatch(); ts = [torch.randn(n) * 5 + 1 for n in (70, 4096, 300000)]; "
             "items = [b.add(t) for t in ts]; b.resolve(); torch.save(ts, sys.argv[1]); print(json.dumps(items))")
@@ -296,7 +294,7 @@ def test_statistics_without_the_jit_match_the_jit(tmp_path):
         sums = exact_sums(t)
         # each path against the exact values: the one-pass kernel within its block bounds, torch's float32
         # reductions (whose order is theirs, and CPU-dependent) within the bound of a float32 sum in any order
-        for item, block in ((a, fastreduce.BLOCK), (b, t.numel())):
+        for item, block in ((a, F32_BLOCK), (b, t.numel())):
             mean_err, norm_err = summation_error_bounds(sums, block)
             assert abs(item["Mean"] - sums[1]) <= mean_err and abs(item["Norm"] - sums[2]) <= norm_err
 
