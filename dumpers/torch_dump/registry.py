@@ -11,7 +11,6 @@ as the same plain method with the same arguments; the dumper's wrappers of those
 """
 from __future__ import annotations
 
-import dis
 import operator
 import os
 import sys
