@@ -35,6 +35,7 @@ class Controller:
         self.settings = settings
         self.plan = plan
         self.dump_files = dump_files          # real paths of the dump.json files being checked
+        self._api_files: dict = {}            # node-id file part -> whether it is one of dump_files
         self.device = device                  # backend name (and ids)
         self.baseline_failing = set(baseline_failing or ())    # failing in --msprobe-baseline (sent to workers)
         self.dump_order = dump_order          # -> every API name in dump order
@@ -82,8 +83,12 @@ class Controller:
         """A node id of one of our dump files (``<dump path>::<call name>``)."""
         if "::" not in nodeid:
             return False
-        path = os.path.realpath(os.path.join(str(self.config.rootpath), nodeid.split("::", 1)[0]))
-        return path in self.dump_files
+        file_part = nodeid.split("::", 1)[0]
+        known = self._api_files.get(file_part)
+        if known is None:           # one real-path look-up per file, not per item and report
+            path = os.path.realpath(os.path.join(str(self.config.rootpath), file_part))
+            known = self._api_files[file_part] = path in self.dump_files
+        return known
 
     def close(self) -> None:
         """Close the pair; after a parallel run, put this run's rows back in dump order."""

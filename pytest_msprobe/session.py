@@ -169,7 +169,11 @@ class CheckSession:
         if self._cases is None:
             from generators.loader import load_dump
             grouped: dict = {}
+            real: dict = {}              # dump_json as the cases spell it -> its real path (one look-up per file)
             for case in load_dump(self.dump_paths or sorted(self.dump_files)).cases:
-                grouped.setdefault(os.path.realpath(case.dump_json), []).append(case)
+                key = real.get(case.dump_json)
+                if key is None:
+                    key = real[case.dump_json] = os.path.realpath(case.dump_json)
+                grouped.setdefault(key, []).append(case)
             self._cases = grouped
         return self._cases.get(os.path.realpath(path), [])

@@ -30,6 +30,8 @@ import tempfile
 import threading
 from typing import Optional
 
+from dumpers import atomic
+
 log = logging.getLogger("pytest_msprobe.dump")
 
 SOURCE = r"""
@@ -201,8 +203,8 @@ def _compile(target: str) -> bool:
                 log.debug("compiling the statistics kernel failed: %s", exc)
                 return False
             if res.returncode == 0:
-                os.chmod(out, 0o755)
-                os.replace(out, target)     # atomic: concurrent processes each install a whole file
+                with open(out, "rb") as fh:       # installed through the one atomic write: concurrent
+                    atomic.write_bytes(target, fh.read(), mode=0o755)   # processes each install a whole file
                 return True
             log.debug("compiling the statistics kernel failed (%s): %s", " ".join(extra) or "clones",
                       res.stderr[-2000:])
