@@ -225,3 +225,28 @@ def match_gradients(arg_grads: list, node_grads: list) -> list:
             used.add(pick[0])
         found.append(pick)
     return found
+
+
+def recorded_files(case: Any) -> list:
+    """(real path, data_name) of the case's recorded output files that are present inside the dump.
+
+    What a generated suite copies beside the inputs, so that ``recorded`` and replay fidelity work without the
+    dump; a missing or refused file is left out (the suite then SKIPs that output with the reason).
+    """
+    import os
+
+    from generators.paths import PathRefused, safe_join
+    if case.tensor_dir is None:
+        return []
+    found = []
+    for _, _, item in recorded_items(case):
+        name = entries.tensor_file_name(item)
+        if name is None:
+            continue
+        try:
+            path = safe_join(case.tensor_dir, name)
+        except PathRefused:
+            continue
+        if os.path.isfile(path):
+            found.append((path, name))
+    return found

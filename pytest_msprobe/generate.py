@@ -233,12 +233,14 @@ def input_tensor_items(case: Any) -> list:
 
 
 def check_real_data(selected: Sequence[Selected], dump_json: str) -> list:
-    """(source path, data_name) of every tensor file the selected calls need, sorted and unique.
+    """(source path, data_name) of every tensor file the selected calls need, sorted and unique: the inputs,
+    and the recorded outputs that are present.
 
     Raises:
         GenerateError: a call without tensor files (a statistics dump) or a missing file; suggests --random.
     """
     from generators.paths import PathRefused, safe_join
+    from generators.recorded import recorded_files
     needed: dict = {}
     for sel in selected:
         case = sel.case
@@ -262,6 +264,7 @@ def check_real_data(selected: Sequence[Selected], dump_json: str) -> list:
                 raise GenerateError(f"{case.call_name}: tensor file {path} is missing; copy the dump's "
                                     f"{fmt.TENSOR_DIR} completely, or use --random")
             needed[item["data_name"]] = path
+        needed.update((name, path) for path, name in recorded_files(case))   # for recorded and fidelity
     return sorted((path, name) for name, path in needed.items())
 
 
