@@ -2,7 +2,7 @@
 
 Dumps one training step of a small net (Dense 256->256, ReLU, softmax, exp, sigmoid, tanh in float16, sum; batch
 64) with the MindSpore dumper, then replays every replayable call ``--reps`` times through
-``pytest_msprobe.runner.run_case`` on ``ms-cpu``; prints the MindSpore import/setup time and the median time per
+``pytest_msprobe.replay.run_case`` on ``ms-cpu``; prints the MindSpore import/setup time and the median time per
 call for each API and overall.
 
     .venv/bin/python benchmarks/ms_replay_throughput.py [--reps 5]
@@ -55,13 +55,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     t0 = time.perf_counter()
-    from pytest_msprobe.ms_devices import MsCpuBackend, mindspore
+    from pytest_msprobe.devices.mindspore_backends import MsCpuBackend, mindspore
     ms = mindspore()
     setup = time.perf_counter() - t0
     print(f"MindSpore {ms.__version__} import + replay set-up: {setup:.2f} s")
 
     from generators.loader import load_dump
-    from pytest_msprobe.runner import RunOptions, run_case
+    from pytest_msprobe.replay import RunOptions, run_case
     backend = MsCpuBackend()
     with tempfile.TemporaryDirectory() as base:
         for task, random in (("tensor", False), ("statistics", True)):

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from .runner import CaseResult
+from .precision.verdict import FAILED, SKIPPED, is_bad_row, item_outcome
+from .replay import CaseResult, reason
 
 PROPERTY = "msprobe"     # key of the per-API payload in report.user_properties
 SESSION_KEY = pytest.StashKey["Any"]()
@@ -51,7 +52,7 @@ class ApiItem(pytest.Item):
     def runtest(self) -> None:
         sess = self.config.stash[SESSION_KEY]
         if self.skip_reason:
-            from .runner import data_mode, skip_result
+            from .replay import data_mode, skip_result
             result = skip_result(self.name, self.skip_reason,
                                  data_mode=data_mode(self.case, sess.run_options(str(self.path))))
         else:
@@ -77,13 +78,13 @@ class ApiItem(pytest.Item):
         verdict = gpu.judge(self.name, rows)
         if verdict is None:
             pytest.skip(f"NPU-vs-GPU compare: {self.name} has no rows in {sess.settings.gpu_csv}")
-        bad = {"error", "warning"} if sess.settings.fail_on == "warning" else {"error"}
-        statuses = [str(s or "").strip().lower() for s in (verdict.forward, verdict.backward)]
-        if any(s in bad for s in statuses):
+        outcome = item_outcome(result.forward, result.backward, fail_on=sess.settings.fail_on,
+                               reference=(verdict.forward, verdict.backward))
+        if outcome == FAILED:
             raise ApiFailure(f"NPU-vs-GPU compare: forward {verdict.forward}, backward {verdict.backward or '-'}"
                              f"{(': ' + verdict.message.strip()) if verdict.message.strip() else ''}\n"
                              f"device vs bench: {describe(result, seed_note)}")
-        if all(s == "skip" for s in statuses if s):
+        if outcome == SKIPPED:
             pytest.skip(f"NPU-vs-GPU compare: SKIP {verdict.message.strip()}")
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
@@ -100,9 +101,8 @@ def describe(result: CaseResult, seed_note: str = "") -> str:
     lines = [f"{result.name}: forward {result.forward}, backward {result.backward or '-'}{seed_note}"]
     for row in result.details:
         status = str(row.status)
-        if status.lower() in ("error", "warning"):
-            from .runner import _reason
-            lines.append(f"  {row.name}: {status}: {_reason(row)}")
+        if is_bad_row(status):
+            lines.append(f"  {row.name}: {status}: {reason(row)}")
     if result.summary and result.data_mode == "random_data" and result.summary not in result.note:
         lines.append(f"  inputs: {result.summary}")
     if result.note:

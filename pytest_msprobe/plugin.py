@@ -14,7 +14,7 @@ import pytest
 
 from . import hookspec
 from .items import SESSION_KEY, DumpFile
-from .options import Settings, add_options
+from .settings import Settings, add_options
 
 REPORTER_KEY = pytest.StashKey["Any"]()
 REPORTER_NAME = "msprobe-reporter"
@@ -199,8 +199,8 @@ def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
             reporter.apc_summary.append(f"api_precision_compare against {gpu_csv} failed: {exc}")
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
             return
-        bad = sorted(name for name, pair in verdicts.items()
-                     if any(str(s or "").strip().lower() == "error" for s in pair))
+        from .precision.verdict import compare_failures
+        bad = compare_failures(verdicts)
         reporter.apc_summary.append(f"api_precision_compare against {gpu_csv}: {len(verdicts)} APIs, "
                                     f"{len(bad)} error; this verdict decides the exit status")
         if getattr(verdicts, "result_csv", None):

@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any
 
 from .items import PROPERTY
-from .options import Settings
+from .settings import Settings
 from .report import acc_csv
 
 CACHE_KEY = "msprobe/run"

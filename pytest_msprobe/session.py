@@ -7,20 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from typing import Any
 
-from .options import Settings
-from .runner import CaseResult, RunOptions, error_result, run_case
-
-
-def _warm_up() -> None:
-    """Import what every case needs, so the first timed call is not charged for it."""
-    import torch  # noqa: F401
-
-    from .precision import compare  # noqa: F401
-    import generators.apis  # noqa: F401
-    import generators.inputs  # noqa: F401
+from .replay import CaseResult, RunOptions, run_case, run_with_timeout
+from .settings import DEFAULT_STANDARD, Settings
 
 
 class CheckSession:
@@ -111,39 +101,18 @@ class CheckSession:
         cmd = (f"pytest --msprobe-api-info {dump_path} --msprobe-seed {s.seed} -k '{{name}}'"
                + "".join(f" -p {name}" for name in self._plugin_args())
                + (f" --msprobe-device-type {s.device_type}" if s.device_type else "")
-               + (f" --msprobe-standard {s.standard}" if s.standard != "1.0.4" else "")
+               + (f" --msprobe-standard {s.standard}" if s.standard != DEFAULT_STANDARD else "")
                + (" --msprobe-random" if s.random else "")
                + (f" --msprobe-examples {s.examples}" if s.examples > 1 else ""))
         return RunOptions(standard=s.standard, random=s.random, seed=s.seed, max_bytes=s.max_bytes,
                           edge_values=s.edge_values, examples=s.examples, fail_on=s.fail_on,
-                          error_data_dir=error_dir, reproduce=cmd)
+                          error_data_dir=error_dir, reproduce=cmd, device_type=s.device_type, timeout=s.timeout)
 
     def run(self, case: Any, dump_path: str) -> CaseResult:
         """Run one case on this process's backend, under ``--msprobe-timeout`` when set."""
         backend, index = self.backend()
         options = self.run_options(dump_path)
-        timeout = self.settings.timeout
-        if not timeout:
-            return run_case(case, backend, index, options)
-        _warm_up()
-        box: list = []
-
-        def target() -> None:
-            try:
-                box.append(run_case(case, backend, index, options))
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
-                box.append(exc)
-
-        thread = threading.Thread(target=target, name=f"msprobe-{case.name}", daemon=True)
-        thread.start()
-        thread.join(timeout)
-        if thread.is_alive() or not box:
-            name = case.name
-            return error_result(name, f"timeout: the call did not finish within {timeout:g} s "
-                                      "(--msprobe-timeout); it was left running in the background")
-        if isinstance(box[0], BaseException):
-            raise box[0]
-        return box[0]
+        return run_with_timeout(case.name, lambda: run_case(case, backend, index, options), options.timeout)
 
     # --- cases -------------------------------------------------------------------------------------------
     def cases_of(self, path: str) -> list:

@@ -90,7 +90,7 @@ def backend_for(config: Any) -> tuple:
 
 def options_for(config: Any, *, random: bool = False, seed: int = DEFAULT_SEED, standard: str | None = None,
                 dump_json: str = "") -> Any:
-    """The :class:`~pytest_msprobe.runner.RunOptions` of one generated case: the module's data mode and seed,
+    """The :class:`~pytest_msprobe.replay.RunOptions` of one generated case: the module's data mode and seed,
     the run's --msprobe-standard (else the module's), --msprobe-fail-on, --msprobe-max-bytes, error data and,
     for random data, --msprobe-examples and --msprobe-edge-values."""
     sess = _session(config)
@@ -145,9 +145,9 @@ def _import_backend(spec: str) -> Any:
 # --- running --------------------------------------------------------------------------------------------
 def run_call(case: Any, backend: Any, device_index: int = 0, *, random: bool = False, seed: int = DEFAULT_SEED,
              standard: str = "1.0.4", options: Any = None) -> Any:
-    """Run one case on ``backend`` and the CPU bench and judge it: a :class:`~pytest_msprobe.runner.CaseResult`
+    """Run one case on ``backend`` and the CPU bench and judge it: a :class:`~pytest_msprobe.replay.CaseResult`
     (never raises for a bad case: it becomes SKIP with the reason)."""
-    from .runner import RunOptions, run_case
+    from .replay import RunOptions, run_case
     if options is None:
         options = RunOptions(standard=standard, random=random, seed=seed)
     return run_case(case, backend, device_index, options)

@@ -24,12 +24,13 @@ from generators.ms_apis import check_ms_api, ms_prefix_problem
 pytestmark = pytest.mark.mindspore
 
 ms = pytest.importorskip("mindspore")
-from pytest_msprobe import ms_devices, ms_replay  # noqa: E402 - after the MindSpore check
-from pytest_msprobe.runner import RunOptions, run_case  # noqa: E402
+from pytest_msprobe.replay import RunOptions, run_case  # noqa: E402 - after the MindSpore check
+from pytest_msprobe.devices import MsCpuBackend  # noqa: E402
+from pytest_msprobe.replay import mindspore_adapter as ms_replay  # noqa: E402
 
 SKEWED = '''
 import mindspore
-from pytest_msprobe.ms_devices import MsCpuBackend
+from pytest_msprobe.devices import MsCpuBackend
 
 
 class Skewed(MsCpuBackend):
@@ -153,6 +154,15 @@ def test_planted_inaccuracy_fails_exactly_that_api(pytester, dumps):
     result.stdout.fnmatch_lines(["*Functional.softmax.0: forward error*"])
 
 
+def test_a_pytorch_device_type_on_a_mindspore_dump_skips_every_call_with_the_reason(pytester, dumps):
+    result, results, _ = _check(pytester, dumps["tensor"], "--msprobe-device-type", "cpu")
+    outcome = result.parseoutcomes()
+    assert "passed" not in outcome and "failed" not in outcome
+    for name in REPLAYED:
+        assert results[name][1] == "SKIP" and "device type 'cpu' runs PyTorch calls" in results[name][3]
+    result.stdout.fnmatch_lines(["*device type 'cpu' runs PyTorch calls*"])
+
+
 # --- pieces -------------------------------------------------------------------------------------------------
 def test_names_are_checked_against_the_wrap_lists_without_mindspore():
     check_ms_api("Functional", "softmax")
@@ -175,12 +185,12 @@ def test_msprobe_mindspore_fixture_loads_replayable_calls(data_dir):
 
 def test_conversions_keep_dtypes():
     t = torch.tensor([[1.5, -2.25]], dtype=torch.bfloat16)
-    m = ms_devices.to_ms([t, {"k": (t.float(), 3)}])
+    m = ms_replay.to_ms([t, {"k": (t.float(), 3)}])
     assert m[0].dtype == ms.bfloat16 and m[1]["k"][0].dtype == ms.float32 and m[1]["k"][1] == 3
-    back = ms_devices.to_torch(m)
+    back = ms_replay.to_torch(m)
     assert back[0].dtype == torch.bfloat16 and torch.equal(back[0], t)
     from generators.values import MindSporeDtype
-    assert ms_devices.to_ms(MindSporeDtype("Float16")) == ms.float16
+    assert ms_replay.to_ms(MindSporeDtype("Float16")) == ms.float16
 
 
 def _case(tmp_path, dtype, api="softmax", extra_args=(), backward=False):
@@ -200,7 +210,7 @@ def _case(tmp_path, dtype, api="softmax", extra_args=(), backward=False):
 
 def test_unsupported_device_dtype_is_a_skip_with_the_kernel_error(tmp_path):
     # MindSpore's CPU softmax has no bfloat16 kernel: the device run fails and the API is SKIP with the reason
-    result = run_case(_case(tmp_path, "BFloat16"), ms_devices.MsCpuBackend(), 0, RunOptions(random=True))
+    result = run_case(_case(tmp_path, "BFloat16"), MsCpuBackend(), 0, RunOptions(random=True))
     assert result.forward == "SKIP"
     assert "device run (ms-cpu) failed" in result.message and "Softmax" in result.message
 
@@ -217,11 +227,11 @@ def test_float16_case_runs_on_a_torch_default_backend(tmp_path):
 
 def test_backward_uses_the_grad_index_or_says_why_not(tmp_path):
     two = {"type": "int", "value": 2}
-    topk = run_case(_case(tmp_path / "a", "Float32", "topk", [two], backward=True), ms_devices.MsCpuBackend(), 0,
+    topk = run_case(_case(tmp_path / "a", "Float32", "topk", [two], backward=True), MsCpuBackend(), 0,
                     RunOptions(random=True))          # topk: the gradient goes to output 0 (the values)
     names = [r.name for r in topk.details]
     assert "Functional.topk.0.backward.output.0" in names and topk.backward == "pass", topk.details
-    split = run_case(_case(tmp_path / "b", "Float32", "split", [two], backward=True), ms_devices.MsCpuBackend(), 0,
+    split = run_case(_case(tmp_path / "b", "Float32", "split", [two], backward=True), MsCpuBackend(), 0,
                      RunOptions(random=True))         # several outputs, no grad index: no backward
     assert split.forward == "pass" and split.backward == "SKIP"
     assert split.message == "Multiple backward is not supported."
@@ -233,10 +243,21 @@ def test_missing_mindspore_and_mismatched_backend_are_skips_with_reasons(tmp_pat
     def no_mindspore():
         raise ImportError("No module named 'mindspore'")
 
-    monkeypatch.setattr(ms_devices, "mindspore", no_mindspore)
-    result = run_case(case, ms_devices.MsCpuBackend(), 0, RunOptions(random=True))
+    monkeypatch.setattr(ms_replay, "mindspore", no_mindspore)
+    result = run_case(case, MsCpuBackend(), 0, RunOptions(random=True))
     assert result.forward == "SKIP" and "pip install 'pytest-msprobe[mindspore]'" in result.message
     monkeypatch.undo()
     torch_case = load_dump(data_dir / "mlp_fp32_tensor_L1" / "step0").by_name()["Functional.linear.0"]
-    result = run_case(torch_case, ms_devices.MsCpuBackend(), 0, RunOptions())
+    result = run_case(torch_case, MsCpuBackend(), 0, RunOptions())
     assert result.forward == "SKIP" and "runs MindSpore calls" in result.message
+
+
+def test_a_named_pytorch_backend_is_a_skip_for_a_mindspore_case_never_a_swap(tmp_path):
+    # --msprobe-device-type cpu names a PyTorch backend: a MindSpore case says so instead of running on ms-cpu
+    from pytest_msprobe.devices import CpuBackend
+    result = run_case(_case(tmp_path, "Float16"), CpuBackend(), 0, RunOptions(random=True, device_type="cpu"))
+    assert result.forward == "SKIP" and "device type 'cpu' runs PyTorch calls" in result.message
+    assert "MindSpore backend (ms-cpu" in result.message
+    named_ms = run_case(_case(tmp_path / "b", "Float16"), MsCpuBackend(), 0,
+                        RunOptions(random=True, device_type="ms-cpu"))
+    assert named_ms.forward == "pass", named_ms.message

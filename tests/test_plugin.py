@@ -14,7 +14,7 @@ import torch  # noqa: F401 - before pytester snapshots sys.modules (torch cannot
 
 import generators.inputs  # noqa: F401
 import pytest_msprobe.precision.compare  # noqa: F401
-from pytest_msprobe import options
+from pytest_msprobe import settings as options
 from pytest_msprobe.report import acc_csv
 
 PLANTED = '''

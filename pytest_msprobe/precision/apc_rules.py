@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
+from .verdict import WARNING_KEY
 from .standards import (
     BF16,
     ERROR,
@@ -189,7 +190,7 @@ def worst(statuses: Sequence[str], std: StandardVersion) -> str:
     lowered = {s.lower() for s in statuses}
     if ERROR in lowered:
         return ERROR
-    if "warning" in lowered:
+    if WARNING_KEY in lowered:
         return std.warning
     return PASS
 

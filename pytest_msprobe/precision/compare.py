@@ -13,13 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from ..report.columns import DETAIL_METRIC_FIELDS
 from . import metrics as M
+from .fields import DETAIL_METRIC_FIELDS
+from .verdict import WARNING_KEY
 from .standards import (
     ABSOLUTE,
     BENCHMARK,
     BF16,
     BINARY,
+    DEFAULT_STANDARD,
     DROPOUT_MIN_N,
     DROPOUT_ZERO_RATIO,
     ERROR,
@@ -117,7 +119,7 @@ def _error_row(row_name: str, message: str, bench_dtype: str | None = None,
 
 # --------------------------------------------------------------------------------------------------
 # roll-up (3.6) and dropout (3.5)
-def rollup(statuses: Sequence[str], *, version: str | StandardVersion = "1.0.4") -> str | None:
+def rollup(statuses: Sequence[str], *, version: str | StandardVersion = DEFAULT_STANDARD) -> str | None:
     """Roll per-output statuses up to an API's forward or backward verdict.
 
     Empty -> None (blank cell). With the "severity" rule: any error -> error, else any warning -> warning
@@ -134,12 +136,12 @@ def rollup(statuses: Sequence[str], *, version: str | StandardVersion = "1.0.4")
         for s in low:
             if s == ERROR:
                 verdict = ERROR
-            elif s == "warning":
+            elif s == WARNING_KEY:
                 verdict = std.warning
         return verdict
     if ERROR in low:
         return ERROR
-    if "warning" in low:
+    if WARNING_KEY in low:
         return std.warning
     return PASS
 
@@ -380,7 +382,7 @@ def _compare_container(api_name: str, row_name: str, bench: Any, device: Any,
 
 
 def compare_output(api_name: str, row_name: str, bench: Any, device: Any, *,
-                   version: str | StandardVersion = "1.0.4") -> DetailRow:
+                   version: str | StandardVersion = DEFAULT_STANDARD) -> DetailRow:
     """Compare one bench output with one device output and return its details row.
 
     Args:
@@ -411,7 +413,7 @@ def compare_output(api_name: str, row_name: str, bench: Any, device: Any, *,
 
 
 def compare_outputs(api_name: str, api_call: str, direction: str, bench_out: Any, device_out: Any, *,
-                    version: str | StandardVersion = "1.0.4") -> list:
+                    version: str | StandardVersion = DEFAULT_STANDARD) -> list:
     """Compare all outputs of one API call in one direction (1.5); one DetailRow per bench output.
 
     A single tensor/builtin/None/dict gives one row ``{api_call}.{direction}.output.0``; a list/tuple gives

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
+from .verdict import ERROR, PASS, SKIP, WARNING  # noqa: F401 - re-exported: standards' users spell statuses
+
 # --------------------------------------------------------------------------------------------------
 # dtype names
 FP16 = "torch.float16"
@@ -23,11 +25,6 @@ FP64 = "torch.float64"
 FP8_DTYPES = frozenset({"torch.float8_e4m3fn", "torch.float8_e5m2", "torch.hifloat8"})
 NEW_STANDARD_DTYPES = frozenset({FP16, BF16, FP32})   # dtypes that get new-standard cells (2.8)
 FLOAT_DTYPES = frozenset({FP16, BF16, FP32, FP64})
-
-# status strings (the warning spelling is per version: StandardVersion.warning)
-PASS = "pass"
-ERROR = "error"
-SKIP = "SKIP"
 
 # standard names returned by standard_for
 ABSOLUTE = "absolute"

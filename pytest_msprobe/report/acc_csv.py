@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..precision.verdict import DEFAULT_FAIL_ON, is_failing  # is_failing: a result row's roll-up, for readers
 from .columns import BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, RESULT_HEADER
 from .fmt import _FORMULA_LEAD, DEFAULT_PRECISION, format_cell, safe_text
 
@@ -30,7 +31,6 @@ RESULT_NAME_RE = re.compile(r"^accuracy_checking_result_(\d{14})\.csv$")
 _DETAIL_API_RE = re.compile(r"^(?P<api>.+)\.(forward|backward)\.output\.\d+$")
 FILE_MODE = 0o640
 DIR_MODE = 0o750
-FAILING = {"error"}
 
 
 def new_timestamp() -> str:
@@ -91,12 +91,6 @@ def detail_cells(row: Any, *, precision: int = DEFAULT_PRECISION) -> list[str]:
     return cells
 
 
-def is_failing(forward: str, backward: str, *, fail_on: str = "error") -> bool:
-    """True when either status is error (or warning, with ``fail_on="warning"``); case-insensitive."""
-    bad = {"error", "warning"} if fail_on == "warning" else FAILING
-    return (forward or "").strip().lower() in bad or (backward or "").strip().lower() in bad
-
-
 # --- reading --------------------------------------------------------------------------------------
 @dataclass
 class ResultRow:
@@ -142,7 +136,7 @@ def read_details_csv(path: str) -> tuple:
     return header, [r for r in rows[1:] if len(r) >= len(DETAILS_HEADER)]
 
 
-def failing_apis(path: str, *, fail_on: str = "error") -> set[str]:
+def failing_apis(path: str, *, fail_on: str = DEFAULT_FAIL_ON) -> set[str]:
     """API names whose result row fails (used as a CI baseline)."""
     return {r.name for r in read_result_csv(path) if is_failing(r.forward, r.backward, fail_on=fail_on)}
 
@@ -307,7 +301,7 @@ def sort_apis(result_path: str, details_path: str | None, order: dict) -> None:
             _rewrite(details_path, [rows[0]] + [r for i, _ in ordered for r in groups[i][1]])
 
 
-def finished_apis(result_path: str, *, include_failing: bool, fail_on: str = "error") -> set[str]:
+def finished_apis(result_path: str, *, include_failing: bool, fail_on: str = DEFAULT_FAIL_ON) -> set[str]:
     """APIs with a result row (optionally leaving out failing ones, which a ``--lf`` run repeats)."""
     if not os.path.exists(result_path):
         return set()

@@ -1,6 +1,8 @@
 """Exact CSV headers of msprobe's files (code headers, spec precision-standard.md sections 5.7 and 6.2)."""
 from __future__ import annotations
 
+from ..precision.fields import DETAIL_METRIC_FIELDS
+
 BLANK = " "   # msprobe's SPACE: an unused cell holds one ASCII space
 
 RESULT_HEADER = ["API name", "Forward Test Success", "Backward Test Success", "Message"]
@@ -15,14 +17,11 @@ DETAILS_HEADER = [
     "Status", "Message",
 ]
 
-# keys of DetailRow metric fields, in DETAILS_HEADER order (columns 5..21)
-DETAIL_METRIC_FIELDS = [
-    "cosine", "max_abs_err", "hundred_ratio", "thousand_ratio", "ten_thousand_ratio",
-    "binary_error_rate", "error_balance", "rmse", "small_value_err_ratio",
-    "max_rel_err", "mean_rel_err",
-    "inf_nan_error_rate", "rel_err_error_rate", "abs_err_error_rate",
-    "ulp_max", "ulp_mean", "ulp_above_threshold_ratio",
-]
+# DETAILS_HEADER's metric columns (5..21) and the DetailRow metric field each one holds
+METRIC_HEADERS = DETAILS_HEADER[4:4 + len(DETAIL_METRIC_FIELDS)]
+FIELD_OF_HEADER = dict(zip(METRIC_HEADERS, DETAIL_METRIC_FIELDS))
+__all__ = ["APC_DETAILS_HEADER", "APC_RESULT_HEADER", "BLANK", "DATA_MODE_COLUMN", "DETAILS_HEADER",
+           "DETAIL_METRIC_FIELDS", "FIELD_OF_HEADER", "METRIC_HEADERS", "RESULT_HEADER"]
 
 APC_RESULT_HEADER = ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
 

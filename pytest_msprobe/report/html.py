@@ -16,18 +16,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from .columns import DETAILS_HEADER
+from ..precision.fields import DISPLAY_LABEL
+from ..precision.verdict import ERROR_KEY, PASS_KEY, SEVERITY, SKIP_KEY, WARNING_KEY, is_bad_row, norm, worst
+from .columns import DETAILS_HEADER, FIELD_OF_HEADER
 
-STATUS_ORDER = ("error", "warning", "skip", "pass")
-# metrics shown per failing output, in the order a user reads them
-KEY_METRICS = ("余弦相似度", "最大绝对误差", "双百指标", "双千指标", "双万指标", "均方根误差",
-               "相对误差最大值", "ULP误差最大值")
-METRIC_LABELS = {
-    "余弦相似度": "cosine", "最大绝对误差": "max abs err", "双百指标": "ratio rel<0.01",
-    "双千指标": "ratio rel<0.001", "双万指标": "ratio rel<0.0001", "均方根误差": "RMSE",
-    "相对误差最大值": "max rel err", "ULP误差最大值": "max ULP", "二进制一致错误率": "binary err rate",
-    "误差均衡性": "error balance", "小值域错误占比": "small-value err ratio", "相对误差平均值": "mean rel err",
-}
+STATUS_ORDER = SEVERITY
+# column headers shown in the report -> their short names (the others show the header)
+METRIC_LABELS = {header: DISPLAY_LABEL[name] for header, name in FIELD_OF_HEADER.items() if name in DISPLAY_LABEL}
+STATUS_COLOURS = {ERROR_KEY: "#d62728", WARNING_KEY: "#ff7f0e", PASS_KEY: "#2ca02c", SKIP_KEY: "#7f7f7f"}
 
 
 def read_csv_rows(path: str) -> List[Dict[str, str]]:
@@ -48,8 +44,7 @@ def read_csv_rows(path: str) -> List[Dict[str, str]]:
 
 
 def norm_status(s: str) -> str:
-    s = (s or "").strip().lower()
-    return s if s in STATUS_ORDER else ("" if not s else s)
+    return norm(s)
 
 
 def _num(text: str) -> Optional[float]:
@@ -101,11 +96,7 @@ class ApiView:
 
 
 def _api_status(fwd: str, bwd: str) -> str:
-    statuses = {norm_status(fwd), norm_status(bwd)}
-    for s in STATUS_ORDER:
-        if s in statuses:
-            return s
-    return "pass"
+    return worst((fwd, bwd))
 
 
 def _compare_verdicts(path: Optional[str]) -> Dict[str, str]:
@@ -133,7 +124,7 @@ def build_views(result_rows, details_rows, stacks, compare=None) -> List[ApiView
         view = ApiView(name, fwd.strip(), bwd.strip(), row.get("Message", ""), _api_status(fwd, bwd))
         view.rows = by_api.get(name, [])
         for d in view.rows:
-            if norm_status(d.get("Status", "")) in ("error", "warning"):
+            if is_bad_row(d.get("Status", "")):
                 msg = (d.get("Message") or "").strip().splitlines()
                 view.failing.append(f"{d.get('API Name', '')}: {msg[-1] if msg else d.get('Status')}")
         cos = [_num(d.get("余弦相似度", "")) for d in view.rows]
@@ -162,7 +153,7 @@ def _plot_png(views: List[ApiView]) -> Optional[str]:
     import matplotlib.pyplot as plt
 
     pts = pts[:60]
-    colors = {"error": "#d62728", "warning": "#ff7f0e", "pass": "#2ca02c", "skip": "#7f7f7f"}
+    colors = STATUS_COLOURS
     fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.25 * len(pts) + 3), 7), sharex=True)
     x = range(len(pts))
     c = [colors.get(v.status, "#1f77b4") for v in pts]
@@ -211,7 +202,7 @@ def render_report(result_csv: str, details_csv: Optional[str] = None, out_path: 
         compare_csv=os.path.abspath(compare_csv) if compare else None, total=len(views), plot=_plot_png(views),
         result_csv=os.path.abspath(result_csv), details_csv=os.path.abspath(details_csv),
         columns=[c for c in DETAILS_HEADER if c not in ("API Name", "Message")],
-        labels=METRIC_LABELS, extra=extra or {},
+        labels=METRIC_LABELS, extra=extra or {}, statuses=STATUS_ORDER, failing=(ERROR_KEY, WARNING_KEY),
     )
     if out_path is None:
         out_path = os.path.join(os.path.dirname(os.path.abspath(result_csv)),

@@ -1,7 +1,9 @@
-"""Command-line and ini options of the accuracy check, their validators, and the resolved settings.
+"""Command-line and ini options of the accuracy check, their validators, the resolved settings and every default.
 
 Registering options imports nothing heavy. ``Settings.from_config`` merges, in this order of priority,
-the command line, the ``acc_check``/``run_ut`` section of ``--msprobe-config``, and the ini file.
+the command line, the ``acc_check``/``run_ut`` section of ``--msprobe-config``, and the ini file. The defaults
+below are the only ones: the precision standard's and the CSV cells' are named here from the modules that own
+them, every other module takes them from here.
 """
 from __future__ import annotations
 
@@ -12,9 +14,21 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_SEED = 1234
-STANDARD_CHOICES = ("1.0.4", "26.2")
-FAIL_ON_CHOICES = ("error", "warning")
+from .precision.standards import DEFAULT_STANDARD, STANDARDS
+from .precision.verdict import DEFAULT_FAIL_ON, FAIL_ON_CHOICES
+from .report.fmt import DEFAULT_PRECISION
+
+# --- defaults ---------------------------------------------------------------------------------------
+DEFAULT_SEED = 1234                      # random-data mode; each API derives its own (replay.item_seed)
+DEFAULT_OUT_DIR = "."
+DEFAULT_THREADS = 1                      # CPU threads per process: results identical whatever -n is
+DEFAULT_EXAMPLES = 1                     # Hypothesis examples per API in random-data mode
+# msprobe's multi_run_ut documents at most 8 parallel runs per accelerator device.
+DEFAULT_MAX_WORKERS_PER_DEVICE = 8
+STANDARD_CHOICES = tuple(STANDARDS)
+__all__ = ["DEFAULT_EXAMPLES", "DEFAULT_FAIL_ON", "DEFAULT_MAX_WORKERS_PER_DEVICE", "DEFAULT_OUT_DIR",
+           "DEFAULT_PRECISION", "DEFAULT_SEED", "DEFAULT_STANDARD", "DEFAULT_THREADS", "FAIL_ON_CHOICES",
+           "STANDARD_CHOICES", "Settings", "add_options"]
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000 ** 2, "mb": 1000 ** 2,
                "mib": 1024 ** 2, "g": 1000 ** 3, "gb": 1000 ** 3, "gib": 1024 ** 3, "t": 1000 ** 4,
                "tb": 1000 ** 4, "tib": 1024 ** 4}
@@ -52,8 +66,21 @@ def seed_int(text: str) -> int:
     return int(text)
 
 
+def parse_device_ids(text: str) -> list[int]:
+    """``"0,1,3"`` -> [0, 1, 3]. Raises ValueError with what to write instead."""
+    ids: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not re.fullmatch(r"[0-9]+", part):
+            raise ValueError(f"device ids must be non-negative integers separated by commas, like 0,1,2; "
+                             f"got {text!r}")
+        if int(part) in ids:
+            raise ValueError(f"device id {part} is listed twice in {text!r}")
+        ids.append(int(part))
+    return ids
+
+
 def device_ids(text: str) -> list:
-    from .devices import parse_device_ids
     try:
         return parse_device_ids(text)
     except ValueError as exc:
@@ -95,11 +122,14 @@ def add_options(parser: Any) -> None:
     g.addoption("--msprobe-devices", type=device_ids, default=None, metavar="IDS",
                 help="device ids, e.g. 0,1,2,3; xdist worker k uses device k mod len (default: all visible)")
     g.addoption("--msprobe-max-workers-per-device", type=positive_int, default=None, metavar="N",
-                help="refuse more than N xdist workers per accelerator device (default 8; cpu: no limit)")
+                help=f"refuse more than N xdist workers per accelerator device "
+                     f"(default {DEFAULT_MAX_WORKERS_PER_DEVICE}; cpu: no limit)")
     g.addoption("--msprobe-standard", type=standard_name, default=None, metavar="VERSION",
-                help="precision standard: 1.0.4 (default) or 26.2")
+                help=f"precision standard: {DEFAULT_STANDARD} (default) or "
+                     f"{' or '.join(c for c in STANDARD_CHOICES if c != DEFAULT_STANDARD)}")
     g.addoption("--msprobe-fail-on", choices=FAIL_ON_CHOICES, default=None,
-                help="an API fails its test on 'error' (default) or also on 'warning'")
+                help=f"an API fails its test on '{DEFAULT_FAIL_ON}' (default) or also on "
+                     f"'{FAIL_ON_CHOICES[1]}'")
     g.addoption("--msprobe-baseline", type=existing_file, default=None, metavar="RESULT_CSV",
                 help="APIs failing in this earlier result CSV are xfail: CI fails only on new failures")
     g.addoption("--msprobe-result-csv", type=existing_file, default=None, metavar="RESULT_CSV",
@@ -128,21 +158,23 @@ def add_options(parser: Any) -> None:
     g.addoption("--msprobe-seed", type=seed_int, default=None, metavar="INT",
                 help=f"seed of random-data mode (default {DEFAULT_SEED}); each API derives its own from it")
     g.addoption("--msprobe-threads", type=positive_int, default=None, metavar="N",
-                help="CPU threads of each process for the bench and cpu backends (default 1: results are then "
+                help=f"CPU threads of each process for the bench and cpu backends (default {DEFAULT_THREADS}: "
+                     "results are then "
                      "identical whatever -n is; more threads change the reduction order of CPU kernels)")
     g.addoption("--msprobe-examples", type=positive_int, default=None, metavar="N",
-                help="random-data mode: run N Hypothesis examples per API and shrink a failure (default 1)")
+                help=f"random-data mode: run N Hypothesis examples per API and shrink a failure "
+                     f"(default {DEFAULT_EXAMPLES})")
     g.addoption("--msprobe-edge-values", action="store_true", default=False,
                 help="random-data mode: add subnormals, signed zeros, near-max values and ties")
     g.addoption("--msprobe-gpu-csv", type=existing_file, default=None, metavar="DETAILS_CSV",
                 help="GPU accuracy_checking_details CSV: each API passes or fails by api_precision_compare of "
                      "its rows against the GPU's (msprobe's final verdict); the compare CSVs are written at the end")
     g.addoption("--msprobe-precision", type=positive_int, default=None, metavar="N",
-                help="decimals of float cells in the CSVs (default 14, as msprobe)")
+                help=f"decimals of float cells in the CSVs (default {DEFAULT_PRECISION}, as msprobe)")
     parser.addini("msprobe_out", "directory of the accuracy-check CSVs", default=None)
     parser.addini("msprobe_device_type", "device backend under test", default=None)
-    parser.addini("msprobe_standard", "precision standard: 1.0.4 or 26.2", default=None)
-    parser.addini("msprobe_fail_on", "error or warning", default=None)
+    parser.addini("msprobe_standard", f"precision standard: {' or '.join(STANDARD_CHOICES)}", default=None)
+    parser.addini("msprobe_fail_on", " or ".join(FAIL_ON_CHOICES), default=None)
     parser.addini("msprobe_white_list", "base API names to check", type="args", default=[])
     parser.addini("msprobe_black_list", "base API names never to check", type="args", default=[])
     parser.addini("msprobe_max_bytes", "memory budget of one API's inputs, e.g. 4GiB", default=None)
@@ -202,12 +234,12 @@ class Settings:
     """Every option of a run, resolved once per process."""
 
     api_info: list = field(default_factory=list)
-    out_dir: str = "."
+    out_dir: str = DEFAULT_OUT_DIR
     device_type: str | None = None
     devices: list | None = None
-    max_workers_per_device: int = 8
-    standard: str = "1.0.4"
-    fail_on: str = "error"
+    max_workers_per_device: int = DEFAULT_MAX_WORKERS_PER_DEVICE
+    standard: str = DEFAULT_STANDARD
+    fail_on: str = DEFAULT_FAIL_ON
     baseline: str | None = None
     result_csv: str | None = None
     white_list: list = field(default_factory=list)
@@ -219,11 +251,11 @@ class Settings:
     timeout: float | None = None
     random: bool = False
     seed: int = DEFAULT_SEED
-    threads: int = 1
-    examples: int = 1
+    threads: int = DEFAULT_THREADS
+    examples: int = DEFAULT_EXAMPLES
     edge_values: bool = False
     gpu_csv: str | None = None
-    precision: int = 14
+    precision: int = DEFAULT_PRECISION
 
     @property
     def active(self) -> bool:
@@ -243,15 +275,15 @@ class Settings:
 
         s = cls()
         s.api_info = [str(p) for p in (opt.msprobe_api_info or [])]
-        s.out_dir = opt.msprobe_out or ini("msprobe_out") or "."
+        s.out_dir = opt.msprobe_out or ini("msprobe_out") or DEFAULT_OUT_DIR
         s.device_type = opt.msprobe_device_type or ini("msprobe_device_type")
         s.devices = opt.msprobe_devices
-        s.max_workers_per_device = opt.msprobe_max_workers_per_device or 8
+        s.max_workers_per_device = opt.msprobe_max_workers_per_device or DEFAULT_MAX_WORKERS_PER_DEVICE
         s.standard = opt.msprobe_standard or (standard_name(ini("msprobe_standard"))
-                                              if ini("msprobe_standard") else "1.0.4")
-        s.fail_on = opt.msprobe_fail_on or ini("msprobe_fail_on") or "error"
+                                              if ini("msprobe_standard") else DEFAULT_STANDARD)
+        s.fail_on = opt.msprobe_fail_on or ini("msprobe_fail_on") or DEFAULT_FAIL_ON
         if s.fail_on not in FAIL_ON_CHOICES:
-            raise ValueError(f"ini msprobe_fail_on = {s.fail_on!r}; use error or warning")
+            raise ValueError(f"ini msprobe_fail_on = {s.fail_on!r}; use {' or '.join(FAIL_ON_CHOICES)}")
         s.baseline = opt.msprobe_baseline
         s.result_csv = opt.msprobe_result_csv
         cfg = read_config_section(opt.msprobe_config) if opt.msprobe_config else {}
@@ -267,11 +299,11 @@ class Settings:
         s.timeout = opt.msprobe_timeout or (positive_float(ini("msprobe_timeout")) if ini("msprobe_timeout")
                                             else None)
         s.random = bool(opt.msprobe_random)
-        s.threads = opt.msprobe_threads or 1
+        s.threads = opt.msprobe_threads or DEFAULT_THREADS
         s.seed = (opt.msprobe_seed if opt.msprobe_seed is not None
                   else seed_int(ini("msprobe_seed")) if ini("msprobe_seed") else DEFAULT_SEED)
-        s.examples = opt.msprobe_examples or 1
+        s.examples = opt.msprobe_examples or DEFAULT_EXAMPLES
         s.edge_values = bool(opt.msprobe_edge_values)
         s.gpu_csv = opt.msprobe_gpu_csv
-        s.precision = opt.msprobe_precision or 14
+        s.precision = opt.msprobe_precision or DEFAULT_PRECISION
         return s

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from generators.loader import load_dump
-from pytest_msprobe import runner
+from pytest_msprobe import replay as runner
 from pytest_msprobe.devices import CpuBackend
 
 CPU = CpuBackend()

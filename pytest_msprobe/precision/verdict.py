@@ -1,0 +1,85 @@
+"""Statuses and verdicts: the one place that decides whether a status, an API or a run fails.
+
+Everything else (the item outcome, the exit status, the CSV roll-up of a result row, the NPU-vs-GPU decision
+and the reports) reads its answer here and spells statuses with these constants. Pure Python, no imports.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+# status strings as msprobe writes them (the warning spelling is per standard: StandardVersion.warning)
+PASS = "pass"
+ERROR = "error"
+WARNING = "warning"
+SKIP = "SKIP"
+# lower-case keys that compare statuses of any spelling (norm() of each status)
+PASS_KEY, ERROR_KEY, WARNING_KEY, SKIP_KEY = PASS, ERROR, WARNING, "skip"
+# worst first: an API shows the worst of its statuses
+SEVERITY = (ERROR_KEY, WARNING_KEY, SKIP_KEY, PASS_KEY)
+# --msprobe-fail-on: an API fails on error, or on error and warning
+FAIL_ON_CHOICES = (ERROR, WARNING)
+DEFAULT_FAIL_ON = ERROR
+
+# item outcomes (what pytest reports)
+PASSED = "passed"
+FAILED = "failed"
+SKIPPED = "skipped"
+
+
+def norm(status: object) -> str:
+    """A status cell or value in its comparable form: stripped, lower case, None -> ""."""
+    return str(status or "").strip().lower()
+
+
+def bad_statuses(fail_on: str = DEFAULT_FAIL_ON) -> frozenset:
+    """The statuses (lower case) that make an API fail under ``fail_on``."""
+    return frozenset({ERROR_KEY, WARNING_KEY}) if norm(fail_on) == WARNING_KEY else frozenset({ERROR_KEY})
+
+
+def is_failing(forward: object, backward: object = None, *, fail_on: str = DEFAULT_FAIL_ON) -> bool:
+    """True when the forward or the backward status fails under ``fail_on`` (any spelling, blanks ignored)."""
+    bad = bad_statuses(fail_on)
+    return norm(forward) in bad or norm(backward) in bad
+
+
+def is_skip(status: object) -> bool:
+    return norm(status) == SKIP_KEY
+
+
+def is_bad_row(status: object) -> bool:
+    """A details row worth explaining: error or warning (any spelling)."""
+    return norm(status) in (ERROR_KEY, WARNING_KEY)
+
+
+def worst(statuses: Iterable[object]) -> str:
+    """The worst of ``statuses`` as a lower-case key (``SEVERITY`` order); no known status -> pass."""
+    present = {norm(s) for s in statuses}
+    for key in SEVERITY:
+        if key in present:
+            return key
+    return PASS_KEY
+
+
+def item_outcome(forward: object, backward: object, *, fail_on: str = DEFAULT_FAIL_ON,
+                 reference: tuple | None = None) -> str:
+    """PASSED, FAILED or SKIPPED for one API from its device-vs-bench statuses.
+
+    ``reference``: the (forward, backward) statuses of the NPU-vs-GPU compare of this API, which decide when
+    given (``--msprobe-gpu-csv``): any failing one fails, all SKIP (blanks aside) skips, else it passes. An API
+    the device-vs-bench run skipped is SKIPPED either way.
+    """
+    if is_skip(forward):
+        return SKIPPED
+    if reference is not None:
+        if is_failing(*reference, fail_on=fail_on):
+            return FAILED
+        if all(is_skip(s) for s in reference if norm(s)):
+            return SKIPPED
+        return PASSED
+    return FAILED if is_failing(forward, backward, fail_on=fail_on) else PASSED
+
+
+def compare_failures(verdicts: Mapping[str, tuple]) -> list:
+    """API names that fail the NPU-vs-GPU compare (any error), sorted: a non-empty list fails the run."""
+    return sorted(name for name, pair in verdicts.items() if is_failing(*pair, fail_on=ERROR))
+

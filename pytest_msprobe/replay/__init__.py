@@ -1,0 +1,29 @@
+"""Replay of captured calls: one pipeline (:mod:`.pipeline`) and a framework adapter each (torch, MindSpore).
+
+Also the run's options and results (:mod:`.result`), the Hypothesis example loop, error-data saving and the
+per-API time limit. No pytest here; torch, MindSpore and Hypothesis are imported on first use.
+"""
+from __future__ import annotations
+
+from .pipeline import item_seed, raise_target, run_case, run_with_inputs
+from .result import (
+    INVALID,
+    MULTI_BACKWARD_MESSAGE,
+    NO_BACKWARD_MESSAGE,
+    OUT_KWARG_MESSAGE,
+    RANDOM_DATA,
+    REAL_DATA,
+    CaseResult,
+    RunOptions,
+    case_name,
+    data_mode,
+    error_result,
+    judge,
+    reason,
+    skip_result,
+)
+from .timeout import run_with_timeout
+
+__all__ = ["INVALID", "MULTI_BACKWARD_MESSAGE", "NO_BACKWARD_MESSAGE", "OUT_KWARG_MESSAGE", "RANDOM_DATA",
+           "REAL_DATA", "CaseResult", "RunOptions", "case_name", "data_mode", "error_result", "item_seed", "judge",
+           "raise_target", "reason", "run_case", "run_with_inputs", "run_with_timeout", "skip_result"]

@@ -1,0 +1,235 @@
+"""The one replay of a captured call: prepare inputs, raise the bench dtype, seed, call, backward, judge.
+
+The bench set-up follows spec precision-standard.md section 1: the same inputs feed both sides; the bench
+tensors are raised (fp16/bf16 -> fp32, fp32 -> fp64, mixed -> fp32) and never go through a device backend;
+the device tensors keep their dtype. What differs between frameworks (how the callable is found, how tensors
+cross over, how a gradient is taken) is a framework adapter (:mod:`.torch_adapter`, :mod:`.mindspore_adapter`);
+everything else is here, once. Never raises for a bad case: whatever prevents the comparison becomes an
+API-level SKIP with the reason (spec 3.4). torch is imported on first use.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from ..precision.verdict import WARNING
+from .result import (
+    RANDOM_DATA,
+    CaseResult,
+    RunOptions,
+    backward_messages,
+    case_name,
+    data_mode,
+    exc_text,
+    judge,
+    skip_result,
+)
+
+BENCH = "bench"
+DEVICE = "device"
+
+
+def item_seed(name: str, seed: int) -> int:
+    """Per-API seed from the run seed and the API's dump name: the same on every worker and every run."""
+    return zlib.crc32(f"{seed}:{name}".encode()) & 0x7FFFFFFF
+
+
+# --- nested values ----------------------------------------------------------------------------------------
+def map_leaves(fn: Any, obj: Any) -> Any:
+    """``obj`` (nested lists, tuples, dicts) with ``fn`` applied to every leaf."""
+    from torch.utils._pytree import tree_map
+    return tree_map(fn, obj)
+
+
+def leaves(obj: Any) -> list:
+    """Every leaf of the nested ``obj``, in order (None included)."""
+    from torch.utils._pytree import tree_leaves
+    return tree_leaves(obj)
+
+
+def raise_target(args: Any, kwargs: dict, api: str) -> Any:
+    """The bench dtype of spec 1.2: None (no cast), torch.float32 or torch.float64."""
+    import torch
+
+    from ..precision.standards import HF32_APIS, NO_RAISE_APIS
+    if api in NO_RAISE_APIS:
+        return None
+    floats = (torch.float16, torch.bfloat16, torch.float32)
+    found = {x.dtype for x in leaves([list(args), kwargs]) if isinstance(x, torch.Tensor) and x.dtype in floats}
+    if not found:
+        return None
+    if found == {torch.float32}:
+        return None if api in HF32_APIS else torch.float64
+    return torch.float32
+
+
+def copy_tensor(x: Any, target: Any, api: str) -> Any:
+    """Detached copy (spec 1.2.5: a few in-place view APIs keep the graph), raised to ``target``."""
+    import torch
+
+    from ..precision.standards import HF32_APIS, NO_DETACH_APIS
+    if not isinstance(x, torch.Tensor):
+        return x
+    y = x.clone() if api in NO_DETACH_APIS else x.detach().clone()
+    raisable = y.dtype in (torch.float16, torch.bfloat16, torch.float32) and y.dtype != target
+    if target is not None and raisable and not (api in HF32_APIS and y.dtype == torch.float32):
+        y = y.to(target)
+    return y
+
+
+def first_grad(grad: Any) -> Any:
+    """The dumped output gradient that backward is fed: a tensor, or the first of a list."""
+    if isinstance(grad, (list, tuple)):
+        return grad[0] if grad else None
+    return grad
+
+
+# --- one side -----------------------------------------------------------------------------------------------
+@dataclass
+class Call:
+    """What both sides of one call share."""
+
+    name: str
+    api: str
+    func: Any
+    args: list
+    kwargs: dict
+    grad_output: Any            # the dumped output gradient (None: no backward)
+    plan: Any                   # the adapter's backward plan (None: no backward)
+    seed: int
+
+
+@dataclass
+class Side:
+    """One side's results, as CPU torch values: outputs, input gradients, the gradient it was fed."""
+
+    out: Any
+    grads: list
+    grad_in: Any = None
+    message: str = ""           # why backward could not run ("" : it ran, or was not asked for)
+    backward_ran: bool = False
+
+
+def run_side(adapter: Any, call: Call, role: str, raise_to: Any, backend: Any, index: int,
+             backward: bool) -> Side:
+    """Prepare the inputs of one side (copy, raise, convert, move), seed, call, backward, read back."""
+    copy = lambda x: copy_tensor(x, raise_to, call.api)  # noqa: E731 - the leaf function of map_leaves
+    args = adapter.to_framework(map_leaves(copy, list(call.args)))
+    kwargs = adapter.to_framework(map_leaves(copy, dict(call.kwargs)))
+    if role == DEVICE:
+        args, kwargs = list(backend.to_device(args, index)), dict(backend.to_device(kwargs, index))
+    if backward:
+        args, kwargs = adapter.with_grad(args, kwargs, call.plan)
+    adapter.seed(backend, call.seed)
+    out = call.func(*args, **kwargs) if role == BENCH else backend.call(call.func, args, kwargs)
+    side = Side(out, [])
+    if backward:
+        side = adapter.backward(call, role, args, kwargs, out, raise_to, backend, index)
+    if role == DEVICE:
+        backend.synchronize(index)
+    side.out = adapter.to_torch(side.out)
+    side.grads = adapter.to_torch(side.grads)
+    return side
+
+
+def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, options: RunOptions, mode: str,
+           seed: int) -> tuple:
+    """Bench and device runs of one call and the comparison: (CaseResult, saved tensors)."""
+    from ..precision.standards import get_standard
+    std = get_standard(options.standard)
+    name = case_name(case)
+    args = list(inputs.args or ())
+    kwargs = dict(inputs.kwargs or {})
+    kwargs.pop("device", None)
+    messages = backward_messages(case.api, kwargs)
+    grad_output = getattr(inputs, "grad_output", None)
+    plan = None
+    if getattr(case, "backward", None) is not None and not messages and grad_output is not None:
+        plan = adapter.backward_plan(case, args, kwargs)
+    call = Call(name, case.api, adapter.resolve(case), args, kwargs, grad_output, plan, item_seed(name, seed))
+
+    # bench: CPU, raised precision, never through a backend
+    target = raise_target(args, kwargs, case.api)
+    note = ""
+    try:
+        bench = run_side(adapter, call, BENCH, target, backend, index, plan is not None)
+    except Exception as exc:  # noqa: BLE001 - the adapter retries in a lower dtype, or says why it failed
+        target, note = adapter.bench_retry(exc, target)
+        try:
+            bench = run_side(adapter, call, BENCH, target, backend, index, plan is not None)
+        except Exception as exc2:  # noqa: BLE001 - reported as the API's SKIP reason
+            raise adapter.failure(BENCH, exc2, backend) from None
+    # device: same values, own dtype, moved by the backend; backward only where the bench ran one
+    try:
+        device = run_side(adapter, call, DEVICE, None, backend, index, bench.backward_ran)
+    except Exception as exc:  # noqa: BLE001 - reported as the API's SKIP reason
+        raise adapter.failure(DEVICE, exc, backend) from None
+    bench_grads, dev_grads = list(bench.grads), list(device.grads)
+    if bench.message or device.message:
+        messages.append(bench.message or device.message)
+        bench_grads, dev_grads = [], []
+    result = judge(name, case.api, std, (bench.out, device.out, bench_grads, dev_grads), messages, mode, seed, note)
+    saved = {
+        "forward.input": [*args, *kwargs.values()],
+        "forward.output.bench": bench.out, "forward.output.device": device.out,
+        "backward.input": bench.grad_in,
+        "backward.output.bench": bench_grads, "backward.output.device": dev_grads,
+    }
+    return result, saved
+
+
+# --- entry points ---------------------------------------------------------------------------------------------
+def adapter_for(case: Any) -> Any:
+    """The framework adapter of a case (``case.framework``: pytorch or mindspore)."""
+    if getattr(case, "framework", "pytorch") == "mindspore":
+        from .mindspore_adapter import ADAPTER
+    else:
+        from .torch_adapter import ADAPTER
+    return ADAPTER
+
+
+def run_case(case: Any, backend: Any, device_index: int, options: RunOptions) -> CaseResult:
+    """Run one API call on the bench and on the device and judge it (an API-level SKIP when it cannot)."""
+    name = case_name(case)
+    mode = data_mode(case, options)
+    seed = options.seed
+    if getattr(case, "problem", None):
+        result = skip_result(name, str(case.problem), data_mode=mode, seed=seed)
+        result.invalid = True
+        return result
+    problem = adapter_for(case).setup()     # before Hypothesis runs: importing MindSpore changes the recursion limit
+    if problem:
+        return skip_result(name, problem, data_mode=mode, seed=seed)
+    if options.examples > 1 and mode == RANDOM_DATA:
+        from .examples import run_examples
+        return run_examples(case, backend, device_index, options, seed)
+    try:
+        from generators.inputs import build_inputs
+        inputs = build_inputs(case, random=(mode == RANDOM_DATA), seed=options.seed, max_bytes=options.max_bytes,
+                              edge_values=options.edge_values)
+    except Exception as exc:  # noqa: BLE001 - spec 3.4: any failure to build inputs is a SKIP
+        return skip_result(name, exc_text(exc), data_mode=mode, seed=seed)
+    return run_with_inputs(case, inputs, backend, device_index, options, mode=mode, seed=seed)
+
+
+def run_with_inputs(case: Any, inputs: Any, backend: Any, device_index: int, options: RunOptions, *,
+                    mode: str, seed: int) -> CaseResult:
+    """Bench and device runs and the comparison, for inputs already built."""
+    name = case_name(case)
+    adapter = adapter_for(case)
+    backend, device_index, problem = adapter.choose_backend(backend, device_index, options.device_type)
+    if problem:
+        return skip_result(name, problem, data_mode=mode, seed=seed)
+    try:
+        result, saved = replay(adapter, case, inputs, backend, device_index, options, mode, seed)
+    except Exception as exc:  # noqa: BLE001 - spec 3.4: the API becomes SKIP with the error text
+        return skip_result(name, exc_text(exc), data_mode=mode, seed=seed)
+    result.summary = str(getattr(inputs, "summary", "") or "")
+    if options.error_data_dir and result.failing(WARNING):
+        from .errordata import save_error_data
+        try:
+            save_error_data(options.error_data_dir, name, saved)
+        except (OSError, RuntimeError) as exc:     # RuntimeError: torch.save's writer (disk full)
+            result.note += f"\ncould not save error data to {options.error_data_dir}: {exc}"
+    return result

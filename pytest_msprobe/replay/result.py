@@ -1,0 +1,174 @@
+"""What one replayed API call gives: the run's options, the result of a case, SKIP/error results, the judging.
+
+No pytest and no torch here: the item turns a :class:`CaseResult` into an outcome (through
+:mod:`pytest_msprobe.precision.verdict`) and the controller turns its payload into CSV rows.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..precision import verdict
+from ..precision.fields import reason_metrics
+from ..settings import DEFAULT_EXAMPLES, DEFAULT_FAIL_ON, DEFAULT_SEED, DEFAULT_STANDARD
+
+REAL_DATA = "real_data"
+RANDOM_DATA = "random_data"
+INVALID = "invalid"             # summary kind of an entry the dump cannot replay (neither real nor random data)
+OUT_KWARG_MESSAGE = "function with out=... arguments don't support automatic differentiation, skip backward."
+NO_BACKWARD_MESSAGE = "function backward result is None, skip backward."
+MULTI_BACKWARD_MESSAGE = "Multiple backward is not supported."
+
+
+@dataclass
+class RunOptions:
+    """What the plugin's options decide for every case."""
+
+    standard: str = DEFAULT_STANDARD
+    random: bool = False
+    seed: int = DEFAULT_SEED
+    max_bytes: int | None = None
+    edge_values: bool = False
+    examples: int = DEFAULT_EXAMPLES
+    fail_on: str = DEFAULT_FAIL_ON
+    error_data_dir: str | None = None       # save inputs/outputs of failing APIs here when set
+    reproduce: str = ""                     # command template with {name}, shown for failing examples
+    device_type: str | None = None          # the backend the user named (None: the framework's default)
+    timeout: float | None = None            # per-API time limit in seconds (None: none)
+
+
+@dataclass
+class CaseResult:
+    """Everything known about one API after its run (or why it was not run)."""
+
+    name: str
+    forward: str
+    backward: str | None                  # None: blank cell
+    message: str | None                   # the result CSV's 4th field (None: three fields)
+    details: list = field(default_factory=list)
+    data_mode: str = REAL_DATA
+    seed: int | None = None
+    summary: str = ""                        # inputs summary (random data)
+    note: str = ""                           # extra text for the pytest report (shrunk example, ...)
+    invalid: bool = False                    # an entry the dump cannot replay (counted apart in the summary)
+
+    def failing(self, fail_on: str = DEFAULT_FAIL_ON) -> bool:
+        return verdict.is_failing(self.forward, self.backward, fail_on=fail_on)
+
+    @property
+    def skipped(self) -> bool:
+        return verdict.item_outcome(self.forward, self.backward) == verdict.SKIPPED
+
+    def worst(self) -> tuple:
+        """(row name, reason) of the first error row, else the first warning row, else ('', '')."""
+        for level in (verdict.ERROR_KEY, verdict.WARNING_KEY):
+            for row in self.details:
+                if verdict.norm(row.status) == level:
+                    return row.name, reason(row)
+        if self.failing(verdict.WARNING):
+            return self.name, (self.message or "").strip()
+        return "", ""
+
+    @property
+    def kind(self) -> str:
+        """How the summary counts this API: its data mode, or invalid."""
+        return INVALID if self.invalid else self.data_mode
+
+    def standards(self) -> list:
+        return sorted({str(getattr(r, "standard", "") or "") for r in self.details} - {""})
+
+
+def reason(row: Any) -> str:
+    """The last line of a row's message and its key metrics: why the row has its status."""
+    lines = [ln for ln in str(row.message or "").splitlines() if ln.strip()]
+    text = lines[-1] if lines else str(row.status)
+    parts = reason_metrics(row.metrics or {})
+    return text + (f" [{parts}]" if parts else "")
+
+
+def _compare() -> Any:
+    from ..precision import compare
+    return compare
+
+
+def skip_result(name: str, message: str, *, data_mode: str = REAL_DATA, seed: int | None = None,
+                direction_row: bool = True) -> CaseResult:
+    """API-level SKIP (spec 3.4): result row with the message, one SKIP details row."""
+    rows = [_compare().skip_row(f"{name}.forward.output.0", message)] if direction_row else []
+    return CaseResult(name, verdict.SKIP, verdict.SKIP, message, rows, data_mode, seed)
+
+
+def error_result(name: str, message: str, *, data_mode: str = REAL_DATA, seed: int | None = None) -> CaseResult:
+    """API reported as error without metrics (timeout, crashed worker)."""
+    row = dataclasses.replace(_compare().skip_row(f"{name}.forward.output.0", message), status=verdict.ERROR)
+    return CaseResult(name, verdict.ERROR, None, message, [row], data_mode, seed)
+
+
+def case_name(case: Any) -> str:
+    return getattr(case, "name", None) or f"{case.prefix}.{case.api}.{case.index}"
+
+
+def data_mode(case: Any, options: RunOptions) -> str:
+    """Where the inputs of ``case`` come from (the details CSV's Data Mode): random or real data."""
+    if options.random or not getattr(case, "has_tensor_files", True):
+        return RANDOM_DATA
+    return REAL_DATA
+
+
+def exc_text(exc: BaseException) -> str:
+    """An exception as a SKIP reason: its text (a KeyError's quotes dropped), else its type."""
+    text = str(exc).strip()
+    if isinstance(exc, KeyError) and text.startswith("'") and text.endswith("'"):
+        text = text[1:-1]
+    return text or type(exc).__name__
+
+
+def backward_messages(api: str, kwargs: dict) -> list:
+    """Why backward is not run for this call (spec 1.4), before anything runs."""
+    from ..precision.standards import NO_BACKWARD_APIS
+    messages = []
+    if "out" in kwargs:
+        messages.append(OUT_KWARG_MESSAGE)
+    if api in NO_BACKWARD_APIS:
+        messages.append(NO_BACKWARD_MESSAGE)
+    return messages
+
+
+def judge(name: str, api: str, std: Any, outputs: tuple, messages: list, mode: str, seed: int,
+          note: str = "") -> CaseResult:
+    """Detail rows and roll-up of one call from its CPU-side outputs (bench, device, bench grads, device grads).
+
+    Dropout rule (spec 3.5), compare_outputs, roll-up (3.6), the backward SKIP row for ``messages`` (3.3) and
+    the result row's message. ``note`` is appended to every row's message.
+    """
+    compare = _compare()
+    b_cmp, d_cmp, bg_cmp, dg_cmp = outputs
+    details: list = []
+    if "dropout" in name:
+        forward = compare.dropout_status(b_cmp, d_cmp)
+        backward = (compare.dropout_status(bg_cmp[0], dg_cmp[0])
+                    if bg_cmp and dg_cmp and bg_cmp[0] is not None else None)
+    else:
+        fwd_rows = compare.compare_outputs(api, name, "forward", b_cmp, d_cmp, version=std.name)
+        bwd_rows = compare.compare_outputs(api, name, "backward", bg_cmp, dg_cmp, version=std.name) if bg_cmp else []
+        details = list(fwd_rows) + list(bwd_rows)
+        forward = compare.rollup([r.status for r in fwd_rows], version=std.name) or verdict.PASS
+        backward = compare.rollup([r.status for r in bwd_rows], version=std.name) if bwd_rows else None
+    if note:
+        for row in details:
+            row.message = f"{row.message}\n{note}" if str(row.message or "").strip() else note
+    message = None
+    if messages:
+        text = "".join(messages)
+        details.append(compare.skip_row(f"{name}.backward.output.0", text))
+        if backward is None and std.all_skip_is_skip:
+            backward = verdict.SKIP
+            message = text
+    if forward == verdict.SKIP:
+        first = next((r for r in details if ".forward." in r.name), None)
+        message = first.message if first is not None else (message or "")
+    result = CaseResult(name, forward, backward, message, details, mode, seed)
+    if note:
+        result.note += f"\n{note}"
+    return result

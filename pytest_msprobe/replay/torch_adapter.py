@@ -1,0 +1,115 @@
+"""The PyTorch side of the replay: torch callables, autograd backward, any PyTorch device backend."""
+from __future__ import annotations
+
+from typing import Any
+
+from .pipeline import BENCH, Side, copy_tensor, first_grad, raise_target
+from .result import MULTI_BACKWARD_MESSAGE
+
+FRAMEWORK = "pytorch"
+
+
+def _with_grad(x: Any) -> Any:
+    """Spec 1.2.6: leaf with requires_grad, times 1 and cast back (a non-leaf), gradient retained."""
+    leaf = x.detach().requires_grad_(True)
+    y = (leaf * 1).to(x.dtype)
+    y.retain_grad()
+    return y
+
+
+def _cast_like(grad: Any, like: Any) -> Any:
+    return grad.to(like.dtype) if grad.is_floating_point() and grad.dtype != like.dtype else grad
+
+
+class TorchAdapter:
+    """How a PyTorch case is called, converted and differentiated."""
+
+    framework = FRAMEWORK
+
+    def setup(self) -> str | None:
+        return None
+
+    def choose_backend(self, backend: Any, index: int, named: str | None) -> tuple:
+        """(backend, index, problem): a MindSpore backend cannot run a PyTorch call."""
+        if getattr(backend, "framework", FRAMEWORK) != FRAMEWORK:
+            return backend, index, (f"device type {backend.name!r} runs MindSpore calls; check a PyTorch dump "
+                                    "with a PyTorch backend (cpu, cuda, npu)")
+        return backend, index, None
+
+    def resolve(self, case: Any) -> Any:
+        from generators.apis import resolve_api
+        return resolve_api(case.prefix, case.api)
+
+    def to_framework(self, obj: Any) -> Any:
+        return obj
+
+    def to_torch(self, obj: Any) -> Any:
+        import torch
+
+        from .pipeline import map_leaves
+        return map_leaves(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, obj)
+
+    def seed(self, backend: Any, seed: int) -> None:
+        """Seed the CPU generator (and CUDA's when that is the device); torch.manual_seed would also queue
+        lazy seeding of every accelerator type, which costs milliseconds per call."""
+        import torch
+        torch.default_generator.manual_seed(seed)
+        if getattr(backend, "torch_device", "cpu") == "cuda":
+            torch.cuda.manual_seed_all(seed)
+
+    def backward_plan(self, case: Any, args: list, kwargs: dict) -> Any:
+        """Which top-level positional args / kwargs need a gradient (the dump's requires_grad or the tensor's);
+        None when none does."""
+        import torch
+        fwd = case.forward if isinstance(case.forward, dict) else {}
+        dump_args = fwd.get("input_args") or []
+        dump_kwargs = fwd.get("input_kwargs") or {}
+
+        def wants(t: Any, info: Any) -> bool:
+            if not isinstance(t, torch.Tensor) or not (t.is_floating_point() or t.is_complex()):
+                return False
+            return bool(t.requires_grad or (isinstance(info, dict) and info.get("requires_grad") is True))
+
+        arg_flags = [wants(a, dump_args[i] if i < len(dump_args) else None) for i, a in enumerate(args)]
+        kw_flags = {k: wants(v, dump_kwargs.get(k) if isinstance(dump_kwargs, dict) else None)
+                    for k, v in kwargs.items()}
+        return (arg_flags, kw_flags) if any(arg_flags) or any(kw_flags.values()) else None
+
+    def with_grad(self, args: list, kwargs: dict, plan: Any) -> tuple:
+        arg_flags, kw_flags = plan
+        args = [_with_grad(a) if i < len(arg_flags) and arg_flags[i] else a for i, a in enumerate(args)]
+        kwargs = {k: _with_grad(v) if kw_flags.get(k) else v for k, v in kwargs.items()}
+        return args, kwargs
+
+    def backward(self, call: Any, role: str, args: list, kwargs: dict, out: Any, raise_to: Any, backend: Any,
+                 index: int) -> Side:
+        """Backward from the graded output, fed the dumped output gradient (raised on the bench).
+
+        The bench decides whether backward runs (a tensor output that requires grad); the device follows it."""
+        import torch
+
+        from ..precision.standards import GRAD_INDEX
+        grad_index = GRAD_INDEX.get(call.api)
+        target = out[grad_index] if grad_index is not None and isinstance(out, (list, tuple)) else out
+        if role == BENCH:
+            if not isinstance(target, torch.Tensor):
+                return Side(out, [], message=MULTI_BACKWARD_MESSAGE)
+            grad = first_grad(call.grad_output)
+            if not target.requires_grad or not isinstance(grad, torch.Tensor):
+                return Side(out, [])
+            grad_in = _cast_like(copy_tensor(grad, raise_target([grad], {}, call.api), call.api), target)
+        else:
+            grad = first_grad(call.grad_output)
+            grad_in = _cast_like(backend.to_device(grad.detach().clone(), index), target)
+        target.backward(grad_in)
+        grads = [a.grad for a in args if isinstance(a, torch.Tensor)]
+        return Side(out, grads, grad_in=grad_in if role == BENCH else None, backward_ran=True)
+
+    def bench_retry(self, exc: BaseException, target: Any) -> tuple:
+        raise exc
+
+    def failure(self, role: str, exc: BaseException, backend: Any) -> BaseException:
+        return exc
+
+
+ADAPTER = TorchAdapter()
