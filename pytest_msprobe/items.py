@@ -62,10 +62,13 @@ class ApiItem(pytest.Item):
         seed_note = f" (random data, seed {result.seed})" if result.data_mode == "random_data" else ""
         if result.skipped:
             pytest.skip(f"{result.message}{seed_note}")
+        unfaithful = result.fidelity_failure(sess.settings.fidelity)
         if sess.settings.gpu_csv:
             self._judge_against_gpu(sess, result, seed_note)
         elif result.failing(sess.settings.fail_on):
-            raise ApiFailure(describe(result, seed_note))
+            raise ApiFailure(describe(result, seed_note) + (f"\n{unfaithful}" if unfaithful else ""))
+        if unfaithful:
+            raise ApiFailure(unfaithful)
 
     def _judge_against_gpu(self, sess: Any, result: CaseResult, seed_note: str) -> None:
         """With --msprobe-gpu-csv the NPU-vs-GPU compare decides the item (msprobe's final verdict)."""
@@ -120,6 +123,7 @@ def payload(result: CaseResult, settings: Any) -> dict:
         "backward": result.backward,
         "result": result_cells(result.name, result.forward, result.backward, result.message),
         "details": [detail_cells(r, precision=settings.precision) for r in result.details],
+        "fidelity": [result.fidelity.get(r.name, "") for r in result.details],
         "standards": [[str(getattr(r, "standard", "") or ""), str(r.status)] for r in result.details],
         "mode": result.data_mode,
         "seed": result.seed,

@@ -58,6 +58,10 @@ def pytest_configure(config: Any) -> None:
         backend, _ = sess.backend()
     except ValueError as exc:
         raise pytest.UsageError(f"--msprobe-device-type: {exc}") from None
+    from .replay.recorded import usage_problem
+    problem = usage_problem(backend, [c for f in files for c in sess.cases_of(f)])
+    if problem:
+        raise pytest.UsageError(f"--msprobe-device-type recorded: {problem}")
     if settings.baseline:
         from .report.acc_csv import failing_apis
         try:

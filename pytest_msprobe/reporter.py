@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 from .items import PROPERTY
+from .precision.verdict import FAITHFUL, is_unfaithful
 from .settings import Settings
 from .report import acc_csv
 
@@ -113,6 +114,8 @@ class CsvReporter:
         self.dump_files: set = set()          # real paths, set by the plugin
         self.device = ""                      # backend name (and ids), set by the plugin
         self.order: dict = {}                 # API -> dump position, when workers write out of order
+        self.fidelity = Counter()             # replayed outputs compared with the recording: verdict -> count
+        self.unfaithful: list = []            # (row name, Replay Fidelity cell) of every unfaithful replay
 
     # --- files ------------------------------------------------------------------------------------------
     def prepare(self, selected: set | None) -> None:
@@ -166,7 +169,13 @@ class CsvReporter:
         self.written.add(name)
         if self.writer is None:
             self.prepare(None)
-        self.writer.write_api(data["result"], data["details"], data.get("mode") or "")
+        fidelity = data.get("fidelity") or []
+        self.writer.write_api(data["result"], data["details"], data.get("mode") or "", fidelity)
+        for cells, text in zip(data["details"], fidelity):
+            if text:
+                self.fidelity[text.split(":")[0].split(" ")[0]] += 1
+                if is_unfaithful(text):
+                    self.unfaithful.append((acc_csv.cell_name(cells[0]), text))
         self.forward[data["forward"]] += 1
         self.backward[data["backward"] or "blank"] += 1
         self.modes[data.get("mode") or "-"] += 1
@@ -203,6 +212,15 @@ class CsvReporter:
             lines.append(f"standard {standard}: {_counts(self.per_standard[standard])} (outputs)")
         if self.modes:
             lines.append("data: " + _counts(self.modes))
+        if self.fidelity:
+            faithful = sum(n for k, n in self.fidelity.items() if k in FAITHFUL)
+            kinds = ", ".join(f"{k} {self.fidelity[k]}" for k in FAITHFUL if self.fidelity[k])
+            lines.append(f"replay fidelity: {faithful} faithful ({kinds or 'none'}), {len(self.unfaithful)} unfaithful "
+                         "(replayed outputs compared with the recorded ones)")
+            for row, text in self.unfaithful[:10]:
+                lines.append(f"  unfaithful {row}: {text}")
+            if len(self.unfaithful) > 10:
+                lines.append(f"  ... {len(self.unfaithful) - 10} more in the details CSV (column Replay Fidelity)")
         if self.worst:
             lines.append(f"APIs failing device vs bench ({len(self.worst)}; the NPU-vs-GPU compare below decides):"
                          if self.settings.gpu_csv else f"failing APIs ({len(self.worst)}):")

@@ -106,7 +106,8 @@ class CheckSession:
                + (f" --msprobe-examples {s.examples}" if s.examples > 1 else ""))
         return RunOptions(standard=s.standard, random=s.random, seed=s.seed, max_bytes=s.max_bytes,
                           edge_values=s.edge_values, examples=s.examples, fail_on=s.fail_on,
-                          error_data_dir=error_dir, reproduce=cmd, device_type=s.device_type, timeout=s.timeout)
+                          error_data_dir=error_dir, reproduce=cmd, device_type=s.device_type, timeout=s.timeout,
+                          fidelity=s.fidelity)
 
     def run(self, case: Any, dump_path: str) -> CaseResult:
         """Run one case on this process's backend, under ``--msprobe-timeout`` when set."""

@@ -61,7 +61,7 @@ def _session(config: Any) -> Any:
         _KEYS.append(pytest.StashKey["Any"]())
     sess = config.stash.get(_KEYS[0], None)
     if sess is None:
-        from .options import Settings
+        from .settings import Settings
         from .session import CheckSession
 
         class SuiteSession(CheckSession):
@@ -178,6 +178,8 @@ def check_call(config: Any, data_dir: str | os.PathLike, call: str, *, random: b
     if result.failing(options.fail_on):
         pytest.fail(f"{describe(result, seed_note)}\n(device {backend.name}, standard {options.standard})",
                     pytrace=False)
+    if result.fidelity_failure(options.fidelity):
+        pytest.fail(result.fidelity_failure(options.fidelity), pytrace=False)
     return result
 
 
