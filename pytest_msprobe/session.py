@@ -1,11 +1,10 @@
-"""Per-process state of an accuracy-check run: settings, the device backend, running one case.
+"""Per-process state of an accuracy-check run: settings, the device backend, the cases, running one case.
 
 One :class:`CheckSession` lives in ``config.stash`` of every process (controller and xdist workers).
 The backend and torch are set up on the first item, not at start-up.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -16,21 +15,23 @@ from .settings import DEFAULT_STANDARD, Settings
 class CheckSession:
     """Settings plus what is needed to run cases in this process."""
 
-    def __init__(self, config: Any, settings: Settings) -> None:
+    def __init__(self, config: Any, settings: Settings, dump_paths: list | None = None, *,
+                 timestamp: str = "") -> None:
         self.config = config
         self.settings = settings
         self.worker_id = getattr(config, "workerinput", {}).get("workerid")
-        self.done: set = set()              # APIs already complete in the CSV being continued
-        self.timestamp = ""                 # of the CSV pair (error-data directory name)
+        self.dump_paths = list(dump_paths or [])            # the dump.json files being checked, in order
+        self.dump_files = {os.path.realpath(f) for f in self.dump_paths}     # the same, as real paths
+        self.timestamp = timestamp          # of the CSV pair (error-data directory name)
         self._backend: Any = None
         self._device_index = 0
         self._registry: Any = None
-        self._filter_seen: dict = {}
-        self.baseline_failing: set = set()
-        self.dump_files: set = set()          # real paths of the dump.json files being checked
-        self.dump_paths: list = []            # the same, as given, in order
         self._cases: dict | None = None
         self._gpu: Any = None
+
+    def begin(self, timestamp: str) -> None:
+        """The run's CSV pair is known (the controller decided it, or told this worker)."""
+        self.timestamp = timestamp
 
     def gpu_reference(self) -> Any:
         """The ``--msprobe-gpu-csv`` rows, read once per process (None without the option)."""
@@ -116,6 +117,26 @@ class CheckSession:
         return run_with_timeout(case.name, lambda: run_case(case, backend, index, options), options.timeout)
 
     # --- cases -------------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Load every dump now. Raises ValueError saying which file could not be read (as a whole)."""
+        from generators.loader import DumpError
+        try:
+            if self.dump_paths:
+                self.cases_of(self.dump_paths[0])
+        except DumpError as exc:
+            raise ValueError(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - anything else a damaged file raises
+            raise ValueError(f"cannot load {', '.join(self.dump_paths)}: {type(exc).__name__} {exc}".rstrip()) from None
+
+    def check_workers(self, workers: Any) -> None:
+        """Refuse more xdist workers than ``--msprobe-max-workers-per-device`` allows (ValueError)."""
+        from .devices import check_worker_limit
+        if not isinstance(workers, int) or workers <= 0:
+            return
+        backend, _ = self.backend()
+        ids = self.settings.devices or list(range(max(1, backend.device_count())))
+        check_worker_limit(backend, workers, ids, self.settings.max_workers_per_device)
+
     def cases_of(self, path: str) -> list:
         """The cases of one dump file. All dumps are loaded together (once), so that call names shared by
         several dumps (step0 and step1 both have ``Functional.linear.0``) become ``{label}::{name}``."""
@@ -126,28 +147,3 @@ class CheckSession:
                 grouped.setdefault(os.path.realpath(case.dump_json), []).append(case)
             self._cases = grouped
         return self._cases.get(os.path.realpath(path), [])
-
-    # --- selection ----------------------------------------------------------------------------------------
-    def list_skip_reason(self, api: str) -> str | None:
-        """White/black list (spec 7.1), on the base API name; 26.2's SKIP message."""
-        s = self.settings
-        if (s.black_list and api in s.black_list) or (s.white_list and api not in s.white_list):
-            return f"API {api} in black list or not in white list. SKIP."
-        return None
-
-    def filter_skip_reason(self, case: Any) -> str | None:
-        """``--msprobe-filter-api`` (spec 7.2): a call identical in structure to a kept one is SKIP."""
-        if not self.settings.filter_api or not isinstance(case.forward, dict):
-            return None
-        group = f"{case.prefix}.{case.api}"
-        args = case.forward.get("input_args") or []
-        sig_args = [{k: v for k, v in a.items() if k not in ("Max", "Min")} for a in args if isinstance(a, dict)]
-        try:
-            sig = json.dumps([sig_args, case.forward.get("input_kwargs") or {}], sort_keys=True, default=str)
-        except (TypeError, ValueError):
-            return None
-        kept = self._filter_seen.setdefault(group, {})
-        if sig in kept:
-            return f"same structure as {kept[sig]} (--msprobe-filter-api). SKIP."
-        kept[sig] = case.name
-        return None

@@ -162,7 +162,7 @@ def check_call(config: Any, data_dir: str | os.PathLike, call: str, *, random: b
     """
     import pytest
 
-    from .items import describe
+    from .replay import describe
     case = load_case(data_dir, call)
     try:
         backend, _ = backend_for(config)

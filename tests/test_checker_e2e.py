@@ -348,3 +348,37 @@ def test_dump_written_by_our_dumper(pytester):
     rows = result_rows(pytester.path)
     assert set(rows) == names
     assert rows["Functional.linear.0"].forward in ("pass", "Warning") and rows["Functional.gelu.0"].backward
+
+
+def test_summary_counts_invalid_entries_apart_from_the_data_modes(project):
+    dump = project.path / "dump" / "dump.json"
+    doc = json.loads(dump.read_text())
+    doc["data"]["VF.lstm.0.forward"] = {"input_args": [], "input_kwargs": {}, "output": []}
+    dump.write_text(json.dumps(doc))
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "-rs")
+    res.assert_outcomes(passed=15, skipped=1)
+    res.stdout.fnmatch_lines(["data: real_data 15, invalid 1"])
+    assert result_rows(project.path)["VF.lstm.0"].forward == "SKIP"
+    details = glob.glob(str(project.path / "accuracy_checking_details_*.csv"))[0]
+    with open(details, encoding="utf-8-sig", newline="") as fh:
+        modes = {r[0]: r[-1] for r in csv.reader(fh)}
+    assert modes["VF.lstm.0.forward.output.0"] == "random_data"      # the CSV's Data Mode column is unchanged
+
+
+@pytest.mark.slow
+def test_resume_keeps_its_own_record_and_leaves_pytest_lastfailed_alone(fp16_project, monkeypatch):
+    p = fp16_project
+    args = ("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type", "planted")
+    p.runpytest(*args).assert_outcomes(passed=14, failed=1)             # gelu fails: both records have it
+    monkeypatch.setenv("PLANT_KILL_API", "relu")
+    monkeypatch.setenv("PLANT_MARKER", str(p.path / "killed"))
+    res = p.runpytest_subprocess(*args)                                  # a fresh run, SIGKILLed at relu
+    assert res.ret != 0 and (p.path / "killed").exists()
+    cache = p.path / ".pytest_cache" / "v"
+    pytest_lastfailed = json.loads((cache / "cache" / "lastfailed").read_text())
+    assert any(k.endswith("::Functional.gelu.0") for k in pytest_lastfailed)     # pytest's own file untouched
+    assert json.loads((cache / "msprobe" / "lastfailed").read_text()) == {}       # ours fits the new CSV
+    res = p.runpytest(*args, "--lf")           # what the killed run never finished, not the stale failure
+    res.assert_outcomes(passed=13, failed=1, deselected=1)
+    continued = sorted(glob.glob(str(p.path / "accuracy_checking_result_*.csv")))[-1]    # the killed run's pair
+    assert sorted(r.name for r in acc_csv.read_result_csv(continued)) == sorted(SAMPLE_APIS)

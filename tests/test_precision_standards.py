@@ -51,7 +51,7 @@ def test_threshold_tables():
 def test_api_specific_tables():
     assert S.GRAD_INDEX == {"topk": 0, "npu_fusion_attention": 0}
     assert S.NO_RAISE_APIS == {"type_as"} and S.NO_BACKWARD_APIS == {"repeat_interleave"}
-    assert S.INT32_TO_INT64_APIS == {"cross_entropy"} and S.HF32_APIS == {"conv1d", "conv2d"}
+    assert S.HF32_APIS == {"conv1d", "conv2d"}
     assert len(S.NO_DETACH_APIS) == 7 and "topk" in S.TOPK_HINT
 
 
@@ -82,7 +82,3 @@ def test_get_standard_names():
         S.get_standard("2.0")
 
 
-def test_base_api_name():
-    assert S.base_api_name("Functional.linear.0") == "linear"
-    assert S.base_api_name("Torch.linalg.vector_norm.0") == "linalg.vector_norm"
-    assert S.base_api_name("Tensor.__add__.3.forward") == "__add__"

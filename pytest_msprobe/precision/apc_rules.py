@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
-from .verdict import WARNING_KEY
 from .standards import (
     BF16,
+    DEFAULT_STANDARD,
     ERROR,
     FP16,
     FP32,
@@ -26,6 +26,7 @@ from .standards import (
     StandardVersion,
     get_standard,
 )
+from .verdict import WARNING_KEY
 
 # 比对算法 cell values (section 5.3)
 ALGO_BENCHMARK = "标杆比对法"
@@ -109,7 +110,7 @@ MSG_BINARY_FAIL = "ERROR: 二进制一致错误率超过阈值\n"
 MSG_THOUSANDTH_FAIL = "ERROR: 双千指标不达标\n"
 
 
-def get_rules(version: str | StandardVersion = "1.0.4") -> tuple[StandardVersion, ApcRules]:
+def get_rules(version: str | StandardVersion = DEFAULT_STANDARD) -> tuple[StandardVersion, ApcRules]:
     """The StandardVersion and the compare's own rules of a version name.
 
     Raises:
@@ -320,8 +321,3 @@ def rollup(statuses: Sequence[str], std: StandardVersion) -> str | None:
     if not judged:
         return SKIP
     return worst(judged, std)
-
-
-def is_unsupported_dtype(dtype: str) -> bool:
-    """Whether a DEVICE Dtype is a float type the new standard does not judge (fp64, complex)."""
-    return dtype in UNSUPPORTED_DTYPES

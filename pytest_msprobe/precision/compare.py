@@ -15,7 +15,6 @@ import numpy as np
 
 from . import metrics as M
 from .fields import DETAIL_METRIC_FIELDS
-from .verdict import WARNING_KEY
 from .standards import (
     ABSOLUTE,
     BENCHMARK,
@@ -40,6 +39,7 @@ from .standards import (
     get_standard,
     standard_for,
 )
+from .verdict import WARNING_KEY
 
 MSG_TYPE = "bench and npu output type is different."
 MSG_DICT_KEYS = "bench and npu output dict keys are different."

@@ -73,7 +73,6 @@ NO_DETACH_APIS = frozenset({"resize_", "resize_as_", "set_", "transpose_", "t_",
 NO_BACKWARD_APIS = frozenset({"repeat_interleave"})
 GRAD_INDEX: Mapping[str, int] = MappingProxyType({"topk": 0, "npu_fusion_attention": 0})
 FIRST_OUTPUT_ONLY_APIS = frozenset({"npu_fusion_attention"})
-INT32_TO_INT64_APIS = frozenset({"cross_entropy"})
 TOPK_HINT = ("在npu上，topk的入参sorted=False时不生效，会返回有序tensor，而cpu上会返回无序tensor。 "
              "如果topk精度不达标，请检查是否是该原因导致的。")
 QUANTIZATION_APIS_26_2 = frozenset({"npu_rms_norm_dynamic_quant", "npu_dynamic_quant",
@@ -154,8 +153,6 @@ TEN_THOUSAND_T = 0.0001
 DROPOUT_MIN_N = 100
 DROPOUT_ZERO_RATIO = 0.1
 
-# apc benchmark metrics (keys are DETAIL_METRIC_FIELDS names), in message order
-APC_BENCHMARK_METRICS = ("small_value_err_ratio", "rmse", "max_rel_err", "mean_rel_err", "error_balance")
 
 
 class ApcLimit(NamedTuple):
@@ -374,16 +371,3 @@ def standard_for(api_name: str, version: str | StandardVersion = DEFAULT_STANDAR
         if api_name in apis:
             return name
     return BENCHMARK
-
-
-def base_api_name(dump_name: str) -> str:
-    """Base API name of a dump name: ``Functional.linear.0`` -> ``linear``,
-    ``Torch.linalg.vector_norm.0.forward`` -> ``linalg.vector_norm``."""
-    parts = dump_name.split(".")
-    if parts and parts[-1] in ("forward", "backward"):
-        parts = parts[:-1]
-    if len(parts) >= 3 and parts[-1].isdigit():
-        return ".".join(parts[1:-1])
-    if len(parts) >= 2:
-        return ".".join(parts[1:])
-    return dump_name

@@ -5,7 +5,8 @@ per-API time limit. No pytest here; torch, MindSpore and Hypothesis are imported
 """
 from __future__ import annotations
 
-from .pipeline import item_seed, raise_target, run_case, run_with_inputs
+from .pipeline import run_case, run_with_inputs
+from .sides import item_seed, raise_target
 from .result import (
     INVALID,
     MULTI_BACKWARD_MESSAGE,
@@ -17,13 +18,16 @@ from .result import (
     RunOptions,
     case_name,
     data_mode,
+    describe,
     error_result,
     judge,
     reason,
+    seed_note,
     skip_result,
 )
 from .timeout import run_with_timeout
 
 __all__ = ["INVALID", "MULTI_BACKWARD_MESSAGE", "NO_BACKWARD_MESSAGE", "OUT_KWARG_MESSAGE", "RANDOM_DATA",
-           "REAL_DATA", "CaseResult", "RunOptions", "case_name", "data_mode", "error_result", "item_seed", "judge",
-           "raise_target", "reason", "run_case", "run_with_inputs", "run_with_timeout", "skip_result"]
+           "REAL_DATA", "CaseResult", "RunOptions", "case_name", "data_mode", "describe", "error_result",
+           "item_seed", "judge", "raise_target", "reason", "run_case", "run_with_inputs", "run_with_timeout",
+           "seed_note", "skip_result"]

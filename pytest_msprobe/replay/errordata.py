@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from .pipeline import leaves
+from .sides import leaves
 
 
 def save_error_data(directory: str, name: str, saved: dict) -> list:

@@ -1,9 +1,8 @@
 """``--msprobe-examples N``: N generated inputs of one API through Hypothesis; a failure is shrunk and reported."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from .pipeline import run_with_inputs
 from .result import RANDOM_DATA, CaseResult, RunOptions, case_name, exc_text, skip_result
 
 
@@ -11,8 +10,11 @@ class _ExampleFailed(AssertionError):
     pass
 
 
-def run_examples(case: Any, backend: Any, device_index: int, options: RunOptions, seed: int) -> CaseResult:
-    """The first failing example, shrunk (with a reproduce command), or the first example if all pass."""
+def run_examples(case: Any, backend: Any, device_index: int, options: RunOptions, seed: int, *,
+                 run: Callable[..., CaseResult]) -> CaseResult:
+    """The first failing example, shrunk (with a reproduce command), or the first example if all pass.
+
+    ``run``: the pipeline's ``run_with_inputs``, called for every generated input."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hseed
     name = case_name(case)
@@ -28,7 +30,7 @@ def run_examples(case: Any, backend: Any, device_index: int, options: RunOptions
               suppress_health_check=list(HealthCheck), print_blob=False)
     @given(strategy)
     def check(inputs: Any) -> None:
-        r = run_with_inputs(case, inputs, backend, device_index, options, mode=RANDOM_DATA, seed=seed)
+        r = run(case, inputs, backend, device_index, options, mode=RANDOM_DATA, seed=seed)
         results.append(r)
         if r.failing(options.fail_on):
             raise _ExampleFailed(r.name)

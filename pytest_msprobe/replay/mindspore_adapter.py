@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..devices.mindspore_backends import MsCpuBackend, is_ms_backend, mindspore, vjp
-from .pipeline import BENCH, Side, copy_tensor, first_grad, map_leaves, raise_target
+from .sides import BENCH, Side, copy_tensor, first_grad, map_leaves, raise_target
 from .result import MULTI_BACKWARD_MESSAGE, exc_text
 
 FRAMEWORK = "mindspore"

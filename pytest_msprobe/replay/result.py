@@ -190,3 +190,22 @@ def judge(name: str, api: str, std: Any, outputs: tuple, messages: list, mode: s
     if note:
         result.note += f"\n{note}"
     return result
+
+
+def seed_note(result: CaseResult) -> str:
+    """`` (random data, seed N)`` for an API replayed with random data, else ""."""
+    return f" (random data, seed {result.seed})" if result.data_mode == RANDOM_DATA else ""
+
+
+def describe(result: CaseResult, note: str = "") -> str:
+    """The failure text of an API: statuses, every failing output with its reason, the inputs and notes."""
+    lines = [f"{result.name}: forward {result.forward}, backward {result.backward or '-'}{note}"]
+    for row in result.details:
+        status = str(row.status)
+        if verdict.is_bad_row(status):
+            lines.append(f"  {row.name}: {status}: {reason(row)}")
+    if result.summary and result.data_mode == RANDOM_DATA and result.summary not in result.note:
+        lines.append(f"  inputs: {result.summary}")
+    if result.note:
+        lines.append(result.note.strip())
+    return "\n".join(lines)

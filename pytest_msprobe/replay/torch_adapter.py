@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .pipeline import BENCH, Side, copy_tensor, first_grad, raise_target
+from .sides import BENCH, Side, copy_tensor, first_grad, map_leaves, raise_target
 from .result import MULTI_BACKWARD_MESSAGE
 
 FRAMEWORK = "pytorch"
@@ -46,7 +46,6 @@ class TorchAdapter:
     def to_torch(self, obj: Any) -> Any:
         import torch
 
-        from .pipeline import map_leaves
         return map_leaves(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, obj)
 
     def seed(self, backend: Any, seed: int) -> None:

@@ -5,6 +5,8 @@ import math
 from pathlib import Path
 
 from ..precision import apc_rules as R
+from ..precision.standards import DEFAULT_STANDARD
+from ..precision.verdict import ERROR_KEY, PASS_KEY, WARNING_KEY
 
 # the plotted ratio columns: (ratio column, verdict column, legend label, marker)
 _LABELS = {"small_value_err_ratio": ("small-value error", "o"), "rmse": ("RMSE", "s"),
@@ -12,10 +14,10 @@ _LABELS = {"small_value_err_ratio": ("small-value error", "o"), "rmse": ("RMSE",
            "error_balance": ("error balance (not counted)", "x")}
 _SERIES = tuple((m.ratio_column, m.status_column, *_LABELS[m.key]) for m in R.BENCHMARK_METRICS) + (
     ("ULP误差大于阈值占比比值", "ULP误差判定结果", "ULP proportion", "D"),)
-_COLOURS = {"pass": "tab:green", "error": "tab:red", "warning": "tab:orange"}
+_COLOURS = {PASS_KEY: "tab:green", ERROR_KEY: "tab:red", WARNING_KEY: "tab:orange"}
 
 
-def plot_ratios(rows: list, path: str | Path, *, version: str = "1.0.4") -> Path:
+def plot_ratios(rows: list, path: str | Path, *, version: str = DEFAULT_STANDARD) -> Path:
     """Plot every finite ratio of the details rows (one x position per output) on a log scale, with the
     version's default (L0) warning and error limits as horizontal lines. Returns the PNG path."""
     import matplotlib
@@ -35,7 +37,7 @@ def plot_ratios(rows: list, path: str | Path, *, version: str = "1.0.4") -> Path
                 if isinstance(value, float) and math.isfinite(value):
                     xs.append(x)
                     ys.append(max(value, 1e-6))
-                    colours.append(_COLOURS.get(str(v.cells.get(status_column, "pass")).lower(), "tab:blue"))
+                    colours.append(_COLOURS.get(str(v.cells.get(status_column, PASS_KEY)).lower(), "tab:blue"))
             if xs:
                 ax.scatter(xs, ys, marker=marker, c=colours, label=label, alpha=0.8)
         limits = std.apc_levels["L0"]
@@ -45,7 +47,7 @@ def plot_ratios(rows: list, path: str | Path, *, version: str = "1.0.4") -> Path
                 if value is not None and (value, style) not in drawn:
                     drawn.add((value, style))
                     ax.axhline(value, color="grey", linestyle=style, linewidth=0.8)
-                    ax.annotate(f"{'error' if style == '--' else 'warning'} > {value:g}", (0, value),
+                    ax.annotate(f"{ERROR_KEY if style == '--' else WARNING_KEY} > {value:g}", (0, value),
                                 xycoords=("axes fraction", "data"), fontsize=7, color="grey",
                                 va="bottom")
         ax.set_yscale("log")

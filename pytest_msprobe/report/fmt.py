@@ -48,16 +48,3 @@ def safe_text(text: str) -> str:
     if text and text[0] in _FORMULA_LEAD:
         return "'" + text
     return text
-
-
-def parse_cell(text: str) -> Any:
-    """Read a metric cell back: blank -> None, numbers -> float, anything else -> the string."""
-    if text is None:
-        return None
-    t = text.strip()
-    if t == "":
-        return None
-    try:
-        return float(t)
-    except ValueError:
-        return text

@@ -1,0 +1,96 @@
+"""Collection: a dump.json file becomes a collector, each captured API call one test item.
+
+Node ids are ``<path to dump.json>::<call name>`` (``step0/rank/dump.json::Functional.linear.0``), in dump
+order, the same on every run and every xdist worker, so ``-k Functional.linear.0``, ``--lf`` and ``-n``
+work as for ordinary tests. An item runs its case through the session, sends its payload (:mod:`.wire`) and
+takes the outcome that :func:`pytest_msprobe.precision.verdict.item_outcome` decides.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from . import wire
+from .precision.verdict import FAILED, SKIPPED, item_outcome
+from .replay import CaseResult, data_mode, describe, seed_note, skip_result
+
+SESSION_KEY = pytest.StashKey["Any"]()      # this process's CheckSession
+SELECTION_KEY = pytest.StashKey["Any"]()    # this process's Selection
+
+
+class ApiFailure(Exception):
+    """An API whose outputs fail the precision standard (the item's failure, shown by repr_failure)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+class DumpFile(pytest.File):
+    """A dump.json: one item per API call, in dump order."""
+
+    def collect(self) -> Any:
+        sess = self.config.stash[SESSION_KEY]
+        selection = self.config.stash[SELECTION_KEY]
+        try:
+            cases = sess.cases_of(str(self.path))
+        except Exception as exc:  # noqa: BLE001 - DumpError and anything a broken file raises
+            raise self.CollectError(f"cannot read dump {self.path}: {exc}") from None
+        for case in cases:
+            yield ApiItem.from_parent(self, name=case.name, case=case, skip_reason=selection.skip_reason(case))
+
+
+class ApiItem(pytest.Item):
+    """One captured API call: run on the bench and the device, judged by the precision standard."""
+
+    def __init__(self, *, case: Any, skip_reason: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+        self.skip_reason = skip_reason
+        self.result: CaseResult | None = None
+
+    def runtest(self) -> None:
+        sess = self.config.stash[SESSION_KEY]
+        settings = sess.settings
+        if self.skip_reason:
+            result = skip_result(self.name, self.skip_reason,
+                                 data_mode=data_mode(self.case, sess.run_options(str(self.path))))
+        else:
+            result = sess.run(self.case, str(self.path))
+        self.result = result
+        payload = wire.build(result, fail_on=settings.fail_on, precision=settings.precision)
+        self.user_properties.append((wire.PROPERTY, payload))
+        note = seed_note(result)
+        if result.skipped:
+            pytest.skip(f"{result.message}{note}")
+        gpu = None
+        if settings.gpu_csv and payload["details"]:      # dropout-like APIs have no rows: their own rule decides
+            gpu = sess.gpu_reference().judge(self.name, payload["details"])
+            if gpu is None:
+                pytest.skip(f"NPU-vs-GPU compare: {self.name} has no rows in {settings.gpu_csv}")
+        unfaithful = result.fidelity_failure(settings.fidelity)
+        outcome = item_outcome(result.forward, result.backward, fail_on=settings.fail_on,
+                               reference=(gpu.forward, gpu.backward) if gpu is not None else None)
+        if outcome == FAILED and gpu is not None:
+            raise ApiFailure(f"NPU-vs-GPU compare: forward {gpu.forward}, backward {gpu.backward or '-'}"
+                             f"{(': ' + gpu.message.strip()) if gpu.message.strip() else ''}\n"
+                             f"device vs bench: {describe(result, note)}")
+        if outcome == FAILED:
+            raise ApiFailure(describe(result, note) + (f"\n{unfaithful}" if unfaithful else ""))
+        if unfaithful and outcome != SKIPPED:
+            raise ApiFailure(unfaithful)
+        if outcome == SKIPPED and gpu is not None:
+            pytest.skip(f"NPU-vs-GPU compare: SKIP {gpu.message.strip()}")
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
+        if isinstance(excinfo.value, ApiFailure):
+            return excinfo.value.text
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple:
+        return self.path, None, f"{self.path.name}::{self.name}"
+
+
+def is_api_item(item: Any) -> bool:
+    return isinstance(item, ApiItem)

@@ -1,0 +1,115 @@
+"""Resume state of the checker, in pytest's cache under its own keys.
+
+``msprobe/run``: the CSV pair of the last run on a set of dumps (``--lf`` continues it). ``msprobe/lastfailed``:
+the node ids of failing API items, kept as pytest keeps ``cache/lastfailed`` (read at the start, a failure
+adds, a pass or a skip removes, written at the session end); in addition a fresh run writes it at once without
+its dumps' entries, so that a run killed before its end leaves a record that fits its new CSV (the CSV then
+says what finished). pytest's own file is never rewritten.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+from .report import acc_csv
+
+RUN_KEY = "msprobe/run"
+LASTFAILED_KEY = "msprobe/lastfailed"
+
+
+def dump_key(paths: list) -> list:
+    return sorted(os.path.realpath(p) for p in paths)
+
+
+def _next_second(ts: str) -> str:
+    """``YYYYmmddHHMMSS`` one second later (file names keep msprobe's pattern)."""
+    t = datetime.datetime.strptime(ts, "%Y%m%d%H%M%S") + datetime.timedelta(seconds=1)
+    return t.strftime("%Y%m%d%H%M%S")
+
+
+def _node_prefixes(config: Any, dump_files: list) -> set:
+    """The node-id path parts (relative to the root dir) of the dump files."""
+    prefixes = set()
+    for f in dump_files:
+        try:
+            prefixes.add(os.path.relpath(os.path.realpath(f), str(config.rootpath)).replace(os.sep, "/"))
+        except ValueError:
+            continue
+    return prefixes
+
+
+class ResumePlan:
+    """Which CSV pair this run writes, which APIs in it are already complete, and the failing API items."""
+
+    def __init__(self, result_csv: str, details_csv: str, timestamp: str, done: set, resumed: bool,
+                 lastfailed: dict | None = None) -> None:
+        self.result_csv = result_csv
+        self.details_csv = details_csv
+        self.timestamp = timestamp
+        self.done = done
+        self.resumed = resumed
+        self.lastfailed = lastfailed          # None: no cache in this run
+
+    @classmethod
+    def decide(cls, config: Any, settings: Any, dump_files: list) -> ResumePlan:
+        """New pair, the pair of the last run (``--lf``), or a given result CSV (``--msprobe-result-csv``).
+
+        ``done`` are the APIs that need not run again (deselected); the rows of the APIs that do run again
+        are removed once the selection is known (:meth:`Controller.prepare`).
+        """
+        lf = bool(getattr(config.option, "lf", False))
+        cache = getattr(config, "cache", None)
+        state = cache.get(RUN_KEY, None) if cache is not None else None
+        if settings.result_csv:
+            result = settings.result_csv
+            details = acc_csv.details_path_for(result)
+            ts = acc_csv.timestamp_of(result) or acc_csv.new_timestamp()
+            done = acc_csv.finished_apis(result, include_failing=not lf, fail_on=settings.fail_on)
+            resumed = True
+        elif (lf and isinstance(state, dict) and state.get("dumps") == dump_key(dump_files)
+              and os.path.exists(str(state.get("result_csv")))):
+            result, details = state["result_csv"], state["details_csv"]
+            ts = state.get("timestamp") or acc_csv.timestamp_of(result) or acc_csv.new_timestamp()
+            done = acc_csv.finished_apis(result, include_failing=False, fail_on=settings.fail_on)
+            resumed = True
+        else:
+            ts = acc_csv.new_timestamp()
+            result, details = acc_csv.csv_paths(settings.out_dir, ts)
+            while os.path.exists(result) or os.path.exists(details):   # two runs within one second
+                ts = _next_second(ts)
+                result, details = acc_csv.csv_paths(settings.out_dir, ts)
+            done = set()
+            resumed = False
+        lastfailed = None
+        if cache is not None:
+            cache.set(RUN_KEY, {"result_csv": os.path.abspath(result), "details_csv": os.path.abspath(details),
+                                "timestamp": ts, "dumps": dump_key(dump_files), "seed": settings.seed})
+            lastfailed = read_lastfailed(config)
+            if not lf and not settings.result_csv:       # a fresh run replaces the last one on these dumps
+                prefixes = _node_prefixes(config, dump_files)
+                kept = {k: v for k, v in lastfailed.items() if k.split("::")[0] not in prefixes}
+                if len(kept) != len(lastfailed):
+                    cache.set(LASTFAILED_KEY, kept)      # what a run killed before its end leaves behind
+        return cls(os.path.abspath(result), os.path.abspath(details), ts, done, resumed, lastfailed)
+
+
+def read_lastfailed(config: Any) -> dict:
+    """The recorded failing API items (node id -> True); empty without a record."""
+    cache = getattr(config, "cache", None)
+    value = cache.get(LASTFAILED_KEY, None) if cache is not None else None
+    return {str(k): True for k in value} if isinstance(value, dict) else {}
+
+
+def record(lastfailed: dict, report: Any) -> None:
+    """Update the record with one report of an API item, as pytest updates its own."""
+    if (report.when == "call" and report.passed) or report.skipped:
+        lastfailed.pop(report.nodeid, None)
+    elif report.failed:
+        lastfailed[report.nodeid] = True
+
+
+def write_lastfailed(config: Any, lastfailed: dict) -> None:
+    cache = getattr(config, "cache", None)
+    if cache is not None and read_lastfailed(config) != lastfailed:
+        cache.set(LASTFAILED_KEY, lastfailed)

@@ -1,0 +1,62 @@
+"""The per-API payload that travels from the process that ran an item to the controller (xdist included).
+
+It rides in ``report.user_properties`` under :data:`PROPERTY`: the API's result and details rows already as
+CSV cells, its statuses and data mode, and whether it fails. :func:`build` makes it from a
+:class:`~pytest_msprobe.replay.CaseResult`, :func:`parse` finds it in a report, and :func:`crash` makes the
+error payload of an API whose worker died before it could send one.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .settings import DEFAULT_FAIL_ON, DEFAULT_PRECISION
+
+PROPERTY = "msprobe"     # key of the per-API payload in report.user_properties
+
+
+def build(result: Any, *, fail_on: str, precision: int = DEFAULT_PRECISION) -> dict:
+    """JSON-able record of one API for the controller (survives xdist)."""
+    from .report.acc_csv import detail_cells, result_cells
+    worst_row, worst_reason = result.worst()
+    return {
+        "name": result.name,
+        "forward": result.forward,
+        "backward": result.backward,
+        "result": result_cells(result.name, result.forward, result.backward, result.message),
+        "details": [detail_cells(r, precision=precision) for r in result.details],
+        "fidelity": [getattr(result, "fidelity", {}).get(r.name, "") for r in result.details],
+        "standards": [[str(getattr(r, "standard", "") or ""), str(r.status)] for r in result.details],
+        "mode": result.data_mode,
+        "kind": result.kind,
+        "seed": result.seed,
+        "worst": [worst_row, worst_reason],
+        "failing": result.failing(fail_on),
+    }
+
+
+def parse(report: Any) -> dict | None:
+    """The payload a report carries (the last one), or None."""
+    data = None
+    for key, value in getattr(report, "user_properties", ()) or ():
+        if key == PROPERTY:
+            data = value
+    return data
+
+
+def crash(name: str, reason: str) -> dict:
+    """The payload of an API whose process died or broke before it sent one: an error row with the reason,
+    no data mode (nothing was replayed), the API itself as the worst row."""
+    from .replay import error_result
+    data = build(error_result(name, reason), fail_on=DEFAULT_FAIL_ON)
+    data.update(standards=[], mode="", kind="", seed=None, worst=[name, reason], failing=True)
+    return data
+
+
+def crash_reason(report: Any) -> str:
+    """Why an item failed without a payload: the crash or timeout line of its report, else its last line."""
+    text = str(getattr(report, "longreprtext", "") or report.longrepr or "").strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    for ln in lines:
+        if "crashed" in ln or "timeout" in ln.lower():
+            return ln.strip()
+    return ("internal error: " + lines[-1].strip()) if lines else "internal error"
