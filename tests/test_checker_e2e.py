@@ -361,7 +361,7 @@ def test_summary_counts_invalid_entries_apart_from_the_data_modes(project):
     assert result_rows(project.path)["VF.lstm.0"].forward == "SKIP"
     details = glob.glob(str(project.path / "accuracy_checking_details_*.csv"))[0]
     with open(details, encoding="utf-8-sig", newline="") as fh:
-        modes = {r[0]: r[-1] for r in csv.reader(fh)}
+        modes = {r[0]: r[-2] for r in csv.reader(fh)}          # Data Mode, then Replay Fidelity
     assert modes["VF.lstm.0.forward.output.0"] == "random_data"      # the CSV's Data Mode column is unchanged
 
 
