@@ -106,6 +106,7 @@ class ApiItem(pytest.Item):
             gpu = sess.gpu_reference().judge(self.name, payload["details"])
             if gpu is None:
                 pytest.skip(f"NPU-vs-GPU compare: {self.name} has no rows in {settings.gpu_csv}")
+        unfaithful = result.fidelity_failure(settings.fidelity)
         outcome = item_outcome(result.forward, result.backward, fail_on=settings.fail_on,
                                reference=(gpu.forward, gpu.backward) if gpu is not None else None)
         if outcome == FAILED and gpu is not None:
@@ -113,7 +114,9 @@ class ApiItem(pytest.Item):
                              f"{(': ' + gpu.message.strip()) if gpu.message.strip() else ''}\n"
                              f"device vs bench: {describe(result, note)}")
         if outcome == FAILED:
-            raise ApiFailure(describe(result, note))
+            raise ApiFailure(describe(result, note) + (f"\n{unfaithful}" if unfaithful else ""))
+        if unfaithful and outcome != SKIPPED:
+            raise ApiFailure(unfaithful)
         if outcome == SKIPPED and gpu is not None:
             pytest.skip(f"NPU-vs-GPU compare: SKIP {gpu.message.strip()}")
 

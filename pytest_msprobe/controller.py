@@ -15,6 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from . import resume, wire
+from .precision.verdict import FAITHFUL, is_unfaithful
 from .report import acc_csv
 from .report.standard_detect import mark_data_mode
 
@@ -50,6 +51,8 @@ class Controller:
         self.worst: list = []
         self.apc_summary: list = []
         self.order: dict = {}                 # API -> dump position, when workers write out of order
+        self.fidelity = Counter()             # replayed outputs compared with the recording: verdict -> count
+        self.unfaithful: list = []            # (row name, Replay Fidelity cell) of every unfaithful replay
 
     @classmethod
     def for_session(cls, config: Any, sess: Any, plan: resume.ResumePlan, baseline_failing: set) -> Controller:
@@ -182,8 +185,14 @@ class Controller:
         self.written.add(name)
         if self.writer is None:
             self.prepare(None)
+        fidelity = data.get("fidelity") or []
         self.writer.write_api(data["result"], data["details"],
-                              mark_data_mode(data.get("mode") or "", self.settings.standard))
+                              mark_data_mode(data.get("mode") or "", self.settings.standard), fidelity)
+        for cells, text in zip(data["details"], fidelity):
+            if text:
+                self.fidelity[text.split(":")[0].split(" ")[0]] += 1
+                if is_unfaithful(text):
+                    self.unfaithful.append((acc_csv.cell_name(cells[0]), text))
         self.forward[data["forward"]] += 1
         self.backward[data["backward"] or "blank"] += 1
         self.kinds[data.get("kind", data.get("mode")) or "-"] += 1
@@ -244,6 +253,15 @@ class Controller:
             lines.append(f"standard {standard}: {_counts(self.per_standard[standard])} (outputs)")
         if self.kinds:
             lines.append("data: " + _counts(self.kinds))
+        if self.fidelity:
+            faithful = sum(n for k, n in self.fidelity.items() if k in FAITHFUL)
+            kinds = ", ".join(f"{k} {self.fidelity[k]}" for k in FAITHFUL if self.fidelity[k])
+            lines.append(f"replay fidelity: {faithful} faithful ({kinds or 'none'}), {len(self.unfaithful)} unfaithful "
+                         "(replayed outputs compared with the recorded ones)")
+            for row, text in self.unfaithful[:10]:
+                lines.append(f"  unfaithful {row}: {text}")
+            if len(self.unfaithful) > 10:
+                lines.append(f"  ... {len(self.unfaithful) - 10} more in the details CSV (column Replay Fidelity)")
         if self.worst:
             lines.append(f"APIs failing device vs bench ({len(self.worst)}; the NPU-vs-GPU compare below decides):"
                          if self.settings.gpu_csv else f"failing APIs ({len(self.worst)}):")

@@ -61,15 +61,20 @@ class CheckSession:
         return self.settings.device_type or self.registry().default_name()
 
     def check_backend(self, runs_calls: bool = True) -> None:
-        """The backend is registered and, where this process runs calls, usable; ValueError naming what to
-        change. A controller whose workers are all on other hosts needs no device of its own."""
+        """The backend is registered and, where this process runs calls, usable, and it can judge these dumps
+        (``recorded`` needs recorded outputs); ValueError naming what to change. A controller whose workers
+        are all on other hosts needs no device of its own."""
         if runs_calls:
-            self.backend()
-            return
-        try:
-            self.registry().get(self.backend_name())
-        except KeyError as exc:
-            raise ValueError(str(exc.args[0])) from None
+            backend, _ = self.backend()
+        else:
+            try:
+                backend = self.registry().get(self.backend_name())
+            except KeyError as exc:
+                raise ValueError(str(exc.args[0])) from None
+        from .replay.recorded import usage_problem
+        problem = usage_problem(backend, [c for f in self.dump_paths for c in self.cases_of(f)])
+        if problem:
+            raise ValueError(f"{self.backend_name()}: {problem}")
 
     def backend(self) -> tuple:
         """(backend, device index) of this process; raises ValueError naming what to change."""
@@ -125,7 +130,8 @@ class CheckSession:
                + (f" --msprobe-examples {s.examples}" if s.examples > 1 else ""))
         return RunOptions(standard=s.standard, random=s.random, seed=s.seed, max_bytes=s.max_bytes,
                           edge_values=s.edge_values, examples=s.examples, fail_on=s.fail_on,
-                          error_data_dir=error_dir, reproduce=cmd, device_type=s.device_type, timeout=s.timeout)
+                          error_data_dir=error_dir, reproduce=cmd, device_type=s.device_type, timeout=s.timeout,
+                          fidelity=s.fidelity)
 
     def run(self, case: Any, dump_path: str) -> CaseResult:
         """Run one case on this process's backend, under ``--msprobe-timeout`` when set."""

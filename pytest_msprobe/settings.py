@@ -27,6 +27,10 @@ DEFAULT_THREADS = 1                      # CPU threads per process: results iden
 DEFAULT_EXAMPLES = 1                     # Hypothesis examples per API in random-data mode
 # msprobe's multi_run_ut documents at most 8 parallel runs per accelerator device.
 DEFAULT_MAX_WORKERS_PER_DEVICE = 8
+# replay fidelity: 'report' writes the Replay Fidelity column only; 'strict' also fails an unfaithful replay
+FIDELITY_CHOICES = ("report", "strict")
+RECORDED_DEVICE = "recorded"             # the device type whose device side is the dump's recorded outputs
+DEFAULT_FIDELITY = "report"
 STANDARD_CHOICES = tuple(STANDARDS)
 # a worker on another host gets these from the controller resolved (Settings.command_line): ini keys and
 # --msprobe-config need not exist there, and every path is the one on that host
@@ -36,7 +40,8 @@ RESOLVED_OPTIONS = ("--msprobe-api-info", "--msprobe-out", "--msprobe-error-data
                     "--msprobe-max-bytes")
 # only the controller reads these (the CSV it continues, the baseline, the path map); workers are sent the result
 CONTROLLER_OPTIONS = ("--msprobe-result-csv", "--msprobe-baseline", "--msprobe-host-path")
-__all__ = ["DEFAULT_EXAMPLES", "DEFAULT_FAIL_ON", "DEFAULT_MAX_WORKERS_PER_DEVICE", "DEFAULT_OUT_DIR",
+__all__ = ["DEFAULT_EXAMPLES", "DEFAULT_FAIL_ON", "DEFAULT_FIDELITY", "FIDELITY_CHOICES",
+           "RECORDED_DEVICE", "DEFAULT_MAX_WORKERS_PER_DEVICE", "DEFAULT_OUT_DIR",
            "DEFAULT_PRECISION", "DEFAULT_SEED", "DEFAULT_STANDARD", "DEFAULT_THREADS", "FAIL_ON_CHOICES",
            "CONTROLLER_OPTIONS", "RESOLVED_OPTIONS", "STANDARD_CHOICES", "Settings", "add_options", "host_path"]
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000 ** 2, "mb": 1000 ** 2,
@@ -142,8 +147,8 @@ def add_options(parser: Any) -> None:
     g.addoption("--msprobe-out", metavar="DIR", default=None,
                 help="directory of accuracy_checking_result/details CSVs (ini msprobe_out, default ./)")
     g.addoption("--msprobe-device-type", metavar="NAME", default=None,
-                help="device backend under test: cpu, cuda, npu or a registered one "
-                     "(default: first available accelerator, else cpu)")
+                help="device backend under test: cpu, cuda, npu, recorded (the outputs the dump recorded) or a "
+                     "registered one (default: first available accelerator, else cpu)")
     g.addoption("--msprobe-devices", type=device_ids, default=None, metavar="IDS",
                 help="device ids, e.g. 0,1,2,3; xdist worker k uses device k mod len (default: all visible)")
     g.addoption("--msprobe-max-workers-per-device", type=positive_int, default=None, metavar="N",
@@ -194,6 +199,9 @@ def add_options(parser: Any) -> None:
     g.addoption("--msprobe-gpu-csv", type=existing_file, default=None, metavar="DETAILS_CSV",
                 help="GPU accuracy_checking_details CSV: each API passes or fails by api_precision_compare of "
                      "its rows against the GPU's (msprobe's final verdict); the compare CSVs are written at the end")
+    g.addoption("--msprobe-fidelity", choices=FIDELITY_CHOICES, default=None,
+                help=f"replay fidelity (device output vs the recorded one): '{DEFAULT_FIDELITY}' (default) "
+                     "writes the Replay Fidelity column; 'strict' also fails every item whose replay differs")
     g.addoption("--msprobe-precision", type=positive_int, default=None, metavar="N",
                 help=f"decimals of float cells in the CSVs (default {DEFAULT_PRECISION}, as msprobe)")
     g.addoption("--msprobe-host-path", action="append", default=[], metavar="HOST:DIR=HOST_DIR",
@@ -209,6 +217,7 @@ def add_options(parser: Any) -> None:
     parser.addini("msprobe_max_bytes", "memory budget of one API's inputs, e.g. 4GiB", default=None)
     parser.addini("msprobe_timeout", "per-API time limit in seconds", default=None)
     parser.addini("msprobe_seed", "seed of random-data mode", default=None)
+    parser.addini("msprobe_fidelity", " or ".join(FIDELITY_CHOICES), default=None)
 
 
 # --- resolved settings -------------------------------------------------------------------------------
@@ -273,6 +282,7 @@ class Settings:
     gpu_csv: str | None = None
     precision: int = DEFAULT_PRECISION
     host_paths: list = field(default_factory=list)     # (host, controller dir, host dir), --msprobe-host-path
+    fidelity: str = DEFAULT_FIDELITY
 
     @property
     def active(self) -> bool:
@@ -328,6 +338,13 @@ class Settings:
             s.standard, s.standard_reason = standard_for_gpu_csv(s.gpu_csv)
         s.precision = opt.msprobe_precision or DEFAULT_PRECISION
         s.host_paths = [host_path(text) for text in getattr(opt, "msprobe_host_path", None) or []]
+        s.fidelity = opt.msprobe_fidelity or ini("msprobe_fidelity") or DEFAULT_FIDELITY
+        if s.fidelity not in FIDELITY_CHOICES:
+            raise ValueError(f"ini msprobe_fidelity = {s.fidelity!r}; use {' or '.join(FIDELITY_CHOICES)}")
+        if s.device_type == RECORDED_DEVICE and s.random:
+            raise ValueError("--msprobe-random cannot be used with --msprobe-device-type recorded: random inputs "
+                             "have no recorded outputs; leave out --msprobe-random, or choose a device type "
+                             "that runs the calls (cpu, cuda, npu)")
         return s
 
     def command_line(self, where: Callable[[str], str]) -> list:

@@ -24,6 +24,7 @@ def build(result: Any, *, fail_on: str, precision: int = DEFAULT_PRECISION) -> d
         "backward": result.backward,
         "result": result_cells(result.name, result.forward, result.backward, result.message),
         "details": [detail_cells(r, precision=precision) for r in result.details],
+        "fidelity": [getattr(result, "fidelity", {}).get(r.name, "") for r in result.details],
         "standards": [[str(getattr(r, "standard", "") or ""), str(r.status)] for r in result.details],
         "mode": result.data_mode,
         "kind": result.kind,

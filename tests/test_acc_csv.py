@@ -10,7 +10,7 @@ import pytest
 
 from pytest_msprobe.precision.compare import DetailRow, skip_row
 from pytest_msprobe.report import acc_csv
-from pytest_msprobe.report.columns import DATA_MODE_COLUMN, DETAILS_HEADER, RESULT_HEADER
+from pytest_msprobe.report.columns import DATA_MODE_COLUMN, DETAILS_HEADER, FIDELITY_COLUMN, RESULT_HEADER
 
 
 def _read_bytes(path) -> bytes:
@@ -35,7 +35,8 @@ def test_layout_bom_crlf_headers_and_field_counts(tmp_path):
     res, det = acc_csv.csv_paths(str(tmp_path), "20260101000000")
     with acc_csv.AccCsvWriter(res, det) as w:
         w.write_api(acc_csv.result_cells("Functional.linear.0", "pass", "pass", None),
-                    [acc_csv.detail_cells(_pass_row("Functional.linear.0.forward.output.0"))], "real_data")
+                    [acc_csv.detail_cells(_pass_row("Functional.linear.0.forward.output.0"))], "real_data",
+                    ["close (max 2 ulp, limit 4)"])
         w.write_api(acc_csv.result_cells("Tensor.add_.0", "pass", None, None), [], "real_data")
         w.write_api(acc_csv.result_cells("VF.lstm.0", "SKIP", "SKIP", "prefix 'VF' is not replayable"),
                     [acc_csv.detail_cells(skip_row("VF.lstm.0.forward.output.0", "prefix 'VF' is not replayable"))],
@@ -47,13 +48,15 @@ def test_layout_bom_crlf_headers_and_field_counts(tmp_path):
     assert b"Tensor.add_.0,pass, \r\n" in raw                    # blank backward is one space
     assert b"VF.lstm.0,SKIP,SKIP,prefix 'VF' is not replayable\r\n" in raw
     draw = _read_bytes(det)
-    assert draw.startswith(b"\xef\xbb\xbf" + ",".join(DETAILS_HEADER + [DATA_MODE_COLUMN]).encode() + b"\r\n")
+    assert draw.startswith(b"\xef\xbb\xbf" + ",".join(DETAILS_HEADER + [DATA_MODE_COLUMN, FIDELITY_COLUMN]).encode()
+                           + b"\r\n")
     # message with newlines is quoted, with bare LF inside, CRLF only as record terminator
     assert (b'pass,"\nMax abs error is less than 0.001, consider as pass, skip other check and set to SPACE.\n",'
-            b'real_data\r\n') in draw
+            b'real_data,"close (max 2 ulp, limit 4)"\r\n') in draw     # a comma: quoted
+    assert draw.endswith(b",prefix 'VF' is not replayable,real_data,\r\n")     # no recording: a blank cell
     assert b'"(8, 32)",1.00000000000000,1.1826402e-07' not in draw   # python float -> 14 decimals
     header, rows = acc_csv.read_details_csv(det)
-    assert header[-1] == DATA_MODE_COLUMN and len(rows) == 2
+    assert header[-2:] == [DATA_MODE_COLUMN, FIDELITY_COLUMN] and len(rows) == 2
     assert rows[0][4] == "1.00000000000000" and rows[0][12] == "0" and rows[0][5] == "0.00000011826402"
     assert rows[1][4:21] == [" "] * 17 and rows[1][21] == "SKIP"
 
@@ -120,6 +123,20 @@ def test_reads_msprobe_result_and_continues_without_data_mode(tmp_path, data_dir
     w.close()
     last = list(csv.reader(io.StringIO(_read_text(det))))[-1]
     assert len(last) == len(DETAILS_HEADER)
+
+
+def test_continuing_a_details_csv_without_the_fidelity_column_keeps_its_layout(tmp_path):
+    """A details CSV of an earlier version (Data Mode last) is continued in its own layout."""
+    res, det = acc_csv.csv_paths(str(tmp_path), "20260101000000")
+    with open(det, "w", encoding="utf-8-sig", newline="") as fh:
+        csv.writer(fh, lineterminator="\r\n").writerow(DETAILS_HEADER + [DATA_MODE_COLUMN])
+    w = acc_csv.AccCsvWriter(res, det)
+    assert w.data_mode_column and not w.fidelity_column
+    w.write_api(acc_csv.result_cells("Functional.gelu.1", "pass", None, None),
+                [acc_csv.detail_cells(_pass_row("Functional.gelu.1.forward.output.0"))], "real_data", ["exact"])
+    w.close()
+    last = list(csv.reader(io.StringIO(_read_text(det))))[-1]
+    assert len(last) == len(DETAILS_HEADER) + 1 and last[-1] == "real_data"
 
 
 def test_failing_apis_case_insensitive_and_fail_on(tmp_path):

@@ -9,7 +9,7 @@ from pytest_msprobe import devices
 
 def test_builtin_registry_and_default():
     reg = devices.builtin_registry()
-    assert reg.names() == ["cpu", "cuda", "npu", "ms-cpu"]
+    assert reg.names() == ["cpu", "cuda", "npu", "ms-cpu", "recorded"]
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert reg.default_name() == expected
     with pytest.raises(KeyError, match="unknown device type 'tpu'.*pytest_msprobe_register_devices"):

@@ -65,9 +65,12 @@ def test_selected_calls_get_only_their_entries_and_input_files(dump, tmp_path):
                                  "Functional.linear.1.backward", "Functional.gelu.0.backward"]   # dump order
     assert doc["dump_data_dir"] == "dump_tensor_data" and doc["task"] == "tensor"
     files = sorted(os.listdir(data / "dump_tensor_data"))
-    assert files == ["Functional.gelu.0.backward.input.0.pt", "Functional.gelu.0.forward.input.0.pt",
-                     "Functional.linear.1.backward.input.0.pt", "Functional.linear.1.forward.input.0.pt",
-                     "Functional.linear.1.forward.input.1.pt", "Functional.linear.1.forward.input.2.pt"]
+    assert files == ["Functional.gelu.0.backward.input.0.pt", "Functional.gelu.0.backward.output.0.pt",
+                     "Functional.gelu.0.forward.input.0.pt", "Functional.gelu.0.forward.output.0.pt",
+                     "Functional.linear.1.backward.input.0.pt", "Functional.linear.1.backward.output.0.pt",
+                     "Functional.linear.1.backward.output.1.pt", "Functional.linear.1.backward.output.2.pt",
+                     "Functional.linear.1.forward.input.0.pt", "Functional.linear.1.forward.input.1.pt",
+                     "Functional.linear.1.forward.input.2.pt", "Functional.linear.1.forward.output.0.pt"]
     assert "test_msprobe.py" in written and all(not os.path.isabs(w) for w in written)
     manifest = json.loads((data / "generated.json").read_text())
     assert manifest["calls"] == ["Functional.gelu.0", "Functional.linear.1"]
@@ -106,7 +109,8 @@ def test_same_input_gives_byte_identical_files(dump, tmp_path, data_dir):
     shutil.copytree(dump.parent, other)
     generate(str(other / "dump.json"), str(tmp_path / "b"), **kwargs)
     a, b = read_tree(tmp_path / "a"), read_tree(tmp_path / "b")
-    assert a == b and len(a) == 4 + 10      # module, script, dump.json, generated.json, 10 tensor files
+    # module, script, dump.json, generated.json, 10 input tensor files, 9 recorded output files
+    assert a == b and len(a) == 4 + 10 + 9
     generate(str(dump), str(tmp_path / "a"), **kwargs)         # regenerate in place: no --force needed
     assert read_tree(tmp_path / "a") == a
 
@@ -223,5 +227,5 @@ def test_cli_reports_errors_and_success(dump, tmp_path, capsys):
     assert cli.main(["generate", str(dump), "-o", str(tmp_path / "out"), "--api", "gelu", "--name", "gelu",
                      "--script", "Functional.gelu.0"]) == 0
     out = capsys.readouterr().out
-    assert "test_gelu.py (1 call) and gelu_data/ (2 tensor files)" in out and "reproduce_Functional_gelu_0.py" in out
+    assert "test_gelu.py (1 call) and gelu_data/ (4 tensor files)" in out and "reproduce_Functional_gelu_0.py" in out
     assert cli.main(["generate", str(dump), "-o", str(tmp_path / "x"), "--random", "--seed", "-1"]) == 2

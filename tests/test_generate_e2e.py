@@ -114,7 +114,7 @@ def test_from_result_errors_only_fails_on_the_planted_device_and_passes_on_cpu(p
     res.assert_outcomes(passed=1)
     res = project.runpytest("regress", "--msprobe-device-type", "nosuch")
     res.assert_outcomes(failed=1)
-    res.stdout.fnmatch_lines(["*unknown device type 'nosuch'; registered: cpu, cuda, npu, ms-cpu, planted*"])
+    res.stdout.fnmatch_lines(["*unknown device type 'nosuch'; registered: cpu, cuda, npu, ms-cpu, recorded, planted*"])
 
     # the standalone script: same verdict, no pytest run
     path = project.path / "regress" / "reproduce_Functional_gelu_0.py"

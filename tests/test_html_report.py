@@ -97,3 +97,29 @@ def test_report_renders_in_headless_chromium(data_dir, tmp_path):
     green = np.all(np.abs(img - np.array([0x2C, 0xA0, 0x2C]) / 255) < 0.03, axis=-1).sum()
     red = np.all(np.abs(img - np.array([0xD6, 0x27, 0x28]) / 255) < 0.03, axis=-1).sum()
     assert green > 500 and red > 500
+
+
+def test_report_shows_replay_fidelity_and_filters_on_it(tmp_path):
+    from pytest_msprobe.precision.compare import DetailRow
+    from pytest_msprobe.report import acc_csv
+
+    res, det = acc_csv.csv_paths(str(tmp_path), "20260101000000")
+    with acc_csv.AccCsvWriter(res, det) as w:
+        for api, cell in (("Functional.gelu.0", "differs: max abs diff 1.911e-02, max 83338 ulp, 100% of elements"),
+                          ("Torch.relu.0", "exact"), ("Tensor.add_.0", "")):
+            row = DetailRow(f"{api}.forward.output.0", "torch.float64", "torch.float32", "(8, 32)")
+            w.write_api(acc_csv.result_cells(api, "pass", None, None), [acc_csv.detail_cells(row)], "real_data",
+                        [cell])
+    html = open(render_report(res, det, str(tmp_path / "r.html")), encoding="utf-8").read()
+    assert '<select id="fidelity-filter"' in html and "r.dataset.fidelity === fid" in html
+    assert '<th onclick="sortBy(7)">replay fidelity</th>' in html
+    assert 'data-fidelity="unfaithful"' in html and 'data-fidelity="faithful"' in html
+    assert 'data-fidelity="none"' in html                         # nothing recorded for add_
+    assert "Functional.gelu.0.forward.output.0: differs: max abs diff 1.911e-02" in html
+    assert "<th>Replay Fidelity</th>" in html                     # the details tables carry the column
+
+
+def test_report_of_an_msprobe_csv_has_no_fidelity_column(data_dir, tmp_path):
+    result, details = _copy_run(data_dir, tmp_path)
+    html = open(render_report(str(result), str(details), str(tmp_path / "r.html")), encoding="utf-8").read()
+    assert "fidelity-filter" not in html.split("<script>")[0] and "replay fidelity</th>" not in html

@@ -4,10 +4,11 @@ from __future__ import annotations
 from typing import Any
 
 from .mindspore_backends import MsCpuBackend
+from .recorded import RecordedBackend
 from .torch_backends import CpuBackend, CudaBackend, NpuBackend
 
 # the built-in backends, registered in this order
-BUILTIN = (CpuBackend, CudaBackend, NpuBackend, MsCpuBackend)
+BUILTIN = (CpuBackend, CudaBackend, NpuBackend, MsCpuBackend, RecordedBackend)
 ACCELERATORS = ("cuda", "npu")            # the default is the first of these available, else cpu
 REQUIRED = ("name", "is_available", "device_count", "to_device", "call", "synchronize")
 

@@ -20,6 +20,11 @@ SEVERITY = (ERROR_KEY, WARNING_KEY, SKIP_KEY, PASS_KEY)
 FAIL_ON_CHOICES = (ERROR, WARNING)
 DEFAULT_FAIL_ON = ERROR
 
+# replay fidelity (the Replay Fidelity cell starts with one of these; strict fails an unfaithful replay)
+FAITHFUL = ("exact", "close")
+UNFAITHFUL = "differs"
+STRICT_FIDELITY = "strict"
+
 # item outcomes (what pytest reports)
 PASSED = "passed"
 FAILED = "failed"
@@ -77,6 +82,16 @@ def item_outcome(forward: object, backward: object, *, fail_on: str = DEFAULT_FA
             return SKIPPED
         return PASSED
     return FAILED if is_failing(forward, backward, fail_on=fail_on) else PASSED
+
+
+def is_unfaithful(fidelity: object) -> bool:
+    """A Replay Fidelity cell saying the replay did not reproduce the recorded output."""
+    return str(fidelity or "").startswith(UNFAITHFUL)
+
+
+def fidelity_fails(fidelity_cells: Iterable[object], mode: str) -> bool:
+    """Whether an API fails for its replay fidelity: ``strict`` mode and at least one unfaithful row."""
+    return norm(mode) == STRICT_FIDELITY and any(is_unfaithful(c) for c in fidelity_cells)
 
 
 def compare_failures(verdicts: Mapping[str, tuple]) -> list:

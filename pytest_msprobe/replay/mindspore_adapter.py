@@ -174,7 +174,14 @@ class MindSporeAdapter:
         take = vjp if role == BENCH else backend.vjp
         grads = take(_closure(call.func, args, kwargs, floats, plan["grad_index"]), [args[p] for p in floats], sens)
         by_pos = dict(zip(floats, grads))
-        return Side(out, [by_pos.get(p) for p in plan["tensors"]], grad_in=call.grad_output, backward_ran=True)
+        # the dumper records one gradient per positional argument
+        node = [by_pos.get(p) for p in range(max(plan["tensors"]) + 1)]
+        return Side(out, [by_pos.get(p) for p in plan["tensors"]], grad_in=call.grad_output, backward_ran=True,
+                    node_grads=node)
+
+    def gradient_mapping(self, side: Side, call: Any) -> list:
+        """The dumper records one gradient per positional argument: tensor argument j is at its position."""
+        return [(p, False) for p in call.plan["tensors"]] if call.plan else []
 
     def bench_retry(self, exc: BaseException, target: Any) -> tuple:
         """A bench that failed in float64 runs again in float32 (and every row says so); else it failed."""

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..precision.verdict import WARNING
+from ..precision.verdict import WARNING, is_skip
 from .result import (
     RANDOM_DATA,
+    REAL_DATA,
     CaseResult,
     RunOptions,
     backward_messages,
@@ -47,7 +48,20 @@ def run_side(adapter: Any, call: Call, role: str, raise_to: Any, backend: Any, i
         backend.synchronize(index)
     side.out = adapter.to_torch(side.out)
     side.grads = adapter.to_torch(side.grads)
+    side.node_grads = adapter.to_torch(side.node_grads)
     return side
+
+
+def recorded_side(adapter: Any, call: Call, bench: Side, recorded: Any) -> tuple:
+    """The device side of the ``recorded`` device type, from the bench side: (Side, {row name: SKIP reason})."""
+    from .recorded import device_backward, device_forward
+    out, skips = device_forward(call.name, call.api, bench.out, recorded)
+    grads: list = []
+    if bench.backward_ran:
+        grads, more = device_backward(call.name, list(bench.grads), adapter.gradient_mapping(bench, call), recorded,
+                                      bench.node_name)
+        skips.update(more)
+    return Side(out, grads, backward_ran=bench.backward_ran), skips
 
 
 def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, options: RunOptions, mode: str,
@@ -77,16 +91,31 @@ def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, optio
             bench = run_side(adapter, call, BENCH, target, backend, index, plan is not None)
         except Exception as exc2:  # noqa: BLE001 - reported as the API's SKIP reason
             raise adapter.failure(BENCH, exc2, backend) from None
-    # device: same values, own dtype, moved by the backend; backward only where the bench ran one
-    try:
-        device = run_side(adapter, call, DEVICE, None, backend, index, bench.backward_ran)
-    except Exception as exc:  # noqa: BLE001 - reported as the API's SKIP reason
-        raise adapter.failure(DEVICE, exc, backend) from None
+    from ..devices.recorded import is_recorded
+    from . import recorded as rec
+    skips: dict = {}
+    cells: dict = {}
+    if is_recorded(backend):
+        # device: what the training run recorded (the value after the call, for in-place APIs)
+        device, skips = recorded_side(adapter, call, bench, rec.load(case, options, required=True))
+    else:
+        # device: same values, own dtype, moved by the backend; backward only where the bench ran one
+        try:
+            device = run_side(adapter, call, DEVICE, None, backend, index, bench.backward_ran)
+        except Exception as exc:  # noqa: BLE001 - reported as the API's SKIP reason
+            raise adapter.failure(DEVICE, exc, backend) from None
+        recording = rec.load(case, options, required=False) if mode == REAL_DATA else None
+        if recording is not None:       # replay fidelity: the device output against the recorded one
+            mapping = adapter.gradient_mapping(device, call) if device.backward_ran else []
+            cells = rec.fidelity(name, case.api, device, mapping, recording)
     bench_grads, dev_grads = list(bench.grads), list(device.grads)
     if bench.message or device.message:
         messages.append(bench.message or device.message)
         bench_grads, dev_grads = [], []
-    result = judge(name, case.api, std, (bench.out, device.out, bench_grads, dev_grads), messages, mode, seed, note)
+    result = judge(name, case.api, std, (bench.out, device.out, bench_grads, dev_grads), messages, mode, seed, note,
+                   skips)
+    shown = {r.name for r in result.details if not is_skip(r.status)}
+    result.fidelity = {row: f.text for row, f in cells.items() if row in shown}
     saved = {
         "forward.input": [*args, *kwargs.values()],
         "forward.output.bench": bench.out, "forward.output.device": device.out,
@@ -135,7 +164,10 @@ def run_with_inputs(case: Any, inputs: Any, backend: Any, device_index: int, opt
     """Bench and device runs and the comparison, for inputs already built."""
     name = case_name(case)
     adapter = adapter_for(case)
-    backend, device_index, problem = adapter.choose_backend(backend, device_index, options.device_type)
+    from ..devices.recorded import is_recorded
+    problem = None
+    if not is_recorded(backend):
+        backend, device_index, problem = adapter.choose_backend(backend, device_index, options.device_type)
     if problem:
         return skip_result(name, problem, data_mode=mode, seed=seed)
     try:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..precision import verdict
 from ..precision.fields import reason_metrics
-from ..settings import DEFAULT_EXAMPLES, DEFAULT_FAIL_ON, DEFAULT_SEED, DEFAULT_STANDARD
+from ..settings import DEFAULT_EXAMPLES, DEFAULT_FAIL_ON, DEFAULT_FIDELITY, DEFAULT_SEED, DEFAULT_STANDARD
 
 REAL_DATA = "real_data"
 RANDOM_DATA = "random_data"
@@ -36,6 +36,7 @@ class RunOptions:
     reproduce: str = ""                     # command template with {name}, shown for failing examples
     device_type: str | None = None          # the backend the user named (None: the framework's default)
     timeout: float | None = None            # per-API time limit in seconds (None: none)
+    fidelity: str = DEFAULT_FIDELITY        # report | strict (an unfaithful replay fails its item)
 
 
 @dataclass
@@ -52,6 +53,19 @@ class CaseResult:
     summary: str = ""                        # inputs summary (random data)
     note: str = ""                           # extra text for the pytest report (shrunk example, ...)
     invalid: bool = False                    # an entry the dump cannot replay (counted apart in the summary)
+    fidelity: dict = field(default_factory=dict)   # row name -> Replay Fidelity cell (rows with a recording)
+
+    @property
+    def unfaithful(self) -> list:
+        """(row name, fidelity cell) of every row whose replay differs from the recorded output."""
+        return [(name, text) for name, text in self.fidelity.items() if verdict.is_unfaithful(text)]
+
+    def fidelity_failure(self, mode: str) -> str:
+        """Why the API fails for its replay fidelity under ``mode`` (``--msprobe-fidelity``), or ""."""
+        if not verdict.fidelity_fails(self.fidelity.values(), mode):
+            return ""
+        return "\n".join([f"{self.name}: the replay did not reproduce the recorded output (--msprobe-fidelity "
+                          f"{mode}):"] + [f"  {row}: {text}" for row, text in self.unfaithful])
 
     def failing(self, fail_on: str = DEFAULT_FAIL_ON) -> bool:
         return verdict.is_failing(self.forward, self.backward, fail_on=fail_on)
@@ -136,11 +150,12 @@ def backward_messages(api: str, kwargs: dict) -> list:
 
 
 def judge(name: str, api: str, std: Any, outputs: tuple, messages: list, mode: str, seed: int,
-          note: str = "") -> CaseResult:
+          note: str = "", skips: dict | None = None) -> CaseResult:
     """Detail rows and roll-up of one call from its CPU-side outputs (bench, device, bench grads, device grads).
 
     Dropout rule (spec 3.5), compare_outputs, roll-up (3.6), the backward SKIP row for ``messages`` (3.3) and
-    the result row's message. ``note`` is appended to every row's message.
+    the result row's message. ``note`` is appended to every row's message. ``skips``: {row name: reason} of
+    rows that are SKIP whatever was compared (an output the dump did not record, for ``recorded``).
     """
     compare = _compare()
     b_cmp, d_cmp, bg_cmp, dg_cmp = outputs
@@ -152,6 +167,9 @@ def judge(name: str, api: str, std: Any, outputs: tuple, messages: list, mode: s
     else:
         fwd_rows = compare.compare_outputs(api, name, "forward", b_cmp, d_cmp, version=std.name)
         bwd_rows = compare.compare_outputs(api, name, "backward", bg_cmp, dg_cmp, version=std.name) if bg_cmp else []
+        if skips:
+            fwd_rows, bwd_rows = ([compare.skip_row(r.name, skips[r.name]) if r.name in skips else r for r in rows]
+                                  for rows in (fwd_rows, bwd_rows))
         details = list(fwd_rows) + list(bwd_rows)
         forward = compare.rollup([r.status for r in fwd_rows], version=std.name) or verdict.PASS
         backward = compare.rollup([r.status for r in bwd_rows], version=std.name) if bwd_rows else None

@@ -3,7 +3,7 @@ copies (spec precision-standard.md 1.2), and the records of one call and of one 
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 BENCH = "bench"
@@ -88,3 +88,5 @@ class Side:
     grad_in: Any = None
     message: str = ""           # why backward could not run ("" : it ran, or was not asked for)
     backward_ran: bool = False
+    node_grads: list = field(default_factory=list)   # the gradients in the layout the dumper records them
+    node_name: str = ""         # the autograd node they are the input gradients of (PyTorch)

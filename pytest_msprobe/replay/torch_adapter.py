@@ -100,9 +100,20 @@ class TorchAdapter:
         else:
             grad = first_grad(call.grad_output)
             grad_in = _cast_like(backend.to_device(grad.detach().clone(), index), target)
+        node: list = []                 # what the dumper records: the input gradients of the output's node
+        hook = target.grad_fn.register_hook(lambda grad_inputs, _: node.extend(grad_inputs)) if target.grad_fn else None
         target.backward(grad_in)
+        if hook is not None:
+            hook.remove()
         grads = [a.grad for a in args if isinstance(a, torch.Tensor)]
-        return Side(out, grads, grad_in=grad_in if role == BENCH else None, backward_ran=True)
+        return Side(out, grads, grad_in=grad_in if role == BENCH else None, backward_ran=True, node_grads=node,
+                    node_name=type(target.grad_fn).__name__ if target.grad_fn is not None else "")
+
+    def gradient_mapping(self, side: Side, call: Any) -> list:
+        """Which recorded node gradient is which argument's: found on this side by value (see
+        :func:`generators.recorded.match_gradients`)."""
+        from generators.recorded import match_gradients
+        return match_gradients(list(side.grads), list(side.node_grads))
 
     def bench_retry(self, exc: BaseException, target: Any) -> tuple:
         raise exc

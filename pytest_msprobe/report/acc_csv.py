@@ -2,9 +2,10 @@
 
 Layout as msprobe writes them (spec precision-standard.md section 6): UTF-8 with one BOM, comma separated,
 minimal quoting, CRLF records (bare LF inside quoted messages). The result CSV keeps msprobe's four columns
-exactly (a row has three fields unless it carries a Message). The details CSV may carry one extra last
-column, ``Data Mode`` (``real_data`` / ``random_data``); readers that select columns by name, like
-msprobe's api_precision_compare, ignore it.
+exactly (a row has three fields unless it carries a Message). The details CSV may carry two extra last
+columns, ``Data Mode`` (``real_data`` / ``random_data``) and ``Replay Fidelity`` (``exact``, ``close (...)``,
+``differs: ...`` or blank, see docs/recorded.md); readers that select columns by name, like msprobe's
+api_precision_compare, ignore them.
 
 Crash safety: for each API the details rows are written first and the result row last, each flushed to the
 OS at once, so a killed process leaves whole rows behind and a result row means "this API is complete".
@@ -23,7 +24,7 @@ from typing import Any
 from dumpers import atomic
 
 from ..precision.verdict import DEFAULT_FAIL_ON, is_failing  # is_failing: a result row's roll-up, for readers
-from .columns import BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, RESULT_HEADER
+from .columns import BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, FIDELITY_COLUMN, RESULT_HEADER
 from .fmt import _FORMULA_LEAD, DEFAULT_PRECISION, format_cell, safe_text
 
 BOM = "\ufeff"
@@ -171,12 +172,13 @@ def _open_append(path: str, header: Sequence[str]) -> io.TextIOWrapper:
     return fh
 
 
-def _has_data_mode(path: str) -> bool:
+def _has_column(path: str, column: str) -> bool:
+    """Whether a details CSV being continued has ``column`` (a new or empty file gets every column)."""
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         return True
     with open(path, "r", encoding="utf-8-sig", newline="") as fh:
         first = next(csv.reader(fh), [])
-    return DATA_MODE_COLUMN in first
+    return column in first
 
 
 class AccCsvWriter:
@@ -192,8 +194,10 @@ class AccCsvWriter:
         self.result_path = result_path
         self.details_path = details_path or details_path_for(result_path)
         self.precision = precision
-        self.data_mode_column = data_mode_column and _has_data_mode(self.details_path)
-        header = list(DETAILS_HEADER) + ([DATA_MODE_COLUMN] if self.data_mode_column else [])
+        self.data_mode_column = data_mode_column and _has_column(self.details_path, DATA_MODE_COLUMN)
+        self.fidelity_column = self.data_mode_column and _has_column(self.details_path, FIDELITY_COLUMN)
+        header = (list(DETAILS_HEADER) + ([DATA_MODE_COLUMN] if self.data_mode_column else [])
+                  + ([FIDELITY_COLUMN] if self.fidelity_column else []))
         for p in (self.result_path, self.details_path):
             d = os.path.dirname(os.path.abspath(p))
             make_dirs(d)
@@ -205,12 +209,17 @@ class AccCsvWriter:
         self._last_sync = time.monotonic()
         self.rows_written = 0
 
-    def write_api(self, result: Sequence[str], details: Iterable[Sequence[str]], data_mode: str = "") -> None:
-        """Write one API: its details rows (already formatted cells), then its result row."""
-        for cells in details:
+    def write_api(self, result: Sequence[str], details: Iterable[Sequence[str]], data_mode: str = "",
+                  fidelity: Sequence[str] = ()) -> None:
+        """Write one API: its details rows (already formatted cells), then its result row.
+
+        ``fidelity``: the Replay Fidelity cell of each details row, in order (missing ones are blank)."""
+        for i, cells in enumerate(details):
             cells = list(cells)
             if self.data_mode_column:
                 cells.append(data_mode)
+            if self.fidelity_column:
+                cells.append(safe_text(fidelity[i]) if i < len(fidelity) and fidelity[i] else "")
             self._dw.writerow(cells)
         self._details.flush()
         self._rw.writerow(list(result))

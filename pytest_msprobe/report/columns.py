@@ -21,6 +21,7 @@ DETAILS_HEADER = [
 METRIC_HEADERS = DETAILS_HEADER[4:4 + len(DETAIL_METRIC_FIELDS)]
 FIELD_OF_HEADER = dict(zip(METRIC_HEADERS, DETAIL_METRIC_FIELDS))
 __all__ = ["APC_DETAILS_HEADER", "APC_RESULT_HEADER", "BLANK", "DATA_MODE_COLUMN", "DETAILS_HEADER",
+           "FIDELITY_COLUMN",
            "DETAIL_METRIC_FIELDS", "FIELD_OF_HEADER", "METRIC_HEADERS", "RESULT_HEADER"]
 
 APC_RESULT_HEADER = ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
@@ -37,3 +38,5 @@ APC_DETAILS_HEADER = [
 
 # Extra trailing column we add to both acc-check CSVs: which data mode produced the row.
 DATA_MODE_COLUMN = "Data Mode"
+# And after it: how the replayed device output compares with the one the dump recorded (docs/recorded.md).
+FIDELITY_COLUMN = "Replay Fidelity"

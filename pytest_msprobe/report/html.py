@@ -17,8 +17,18 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from ..precision.fields import DISPLAY_LABEL
-from ..precision.verdict import ERROR_KEY, PASS_KEY, SEVERITY, SKIP_KEY, WARNING_KEY, is_bad_row, norm, worst
-from .columns import DETAILS_HEADER, FIELD_OF_HEADER
+from ..precision.verdict import (
+    ERROR_KEY,
+    PASS_KEY,
+    SEVERITY,
+    SKIP_KEY,
+    WARNING_KEY,
+    is_bad_row,
+    is_unfaithful,
+    norm,
+    worst,
+)
+from .columns import DETAILS_HEADER, FIDELITY_COLUMN, FIELD_OF_HEADER
 
 STATUS_ORDER = SEVERITY
 # column headers shown in the report -> their short names (the others show the header)
@@ -93,6 +103,8 @@ class ApiView:
     cosine: Optional[float] = None
     max_abs: Optional[float] = None
     compare: str = ""              # NPU-vs-GPU verdict, when an api_precision_compare result is given
+    fidelity: str = ""             # "faithful", "unfaithful" (a replayed output differs from the recording) or ""
+    unfaithful: List[str] = field(default_factory=list)   # "row: Replay Fidelity cell" of the unfaithful rows
 
 
 def _api_status(fwd: str, bwd: str) -> str:
@@ -134,6 +146,10 @@ def build_views(result_rows, details_rows, stacks, compare=None) -> List[ApiView
         mae = [m for m in mae if m is not None and not math.isnan(m)]
         view.max_abs = max(mae) if mae else None
         view.stack = stacks.get(f"{name}.forward", [])
+        cells = [(d.get("API Name", ""), d.get(FIDELITY_COLUMN) or "") for d in view.rows]
+        view.unfaithful = [f"{row}: {text}" for row, text in cells if is_unfaithful(text)]
+        if any(text for _, text in cells):
+            view.fidelity = "unfaithful" if view.unfaithful else "faithful"
         if compare:
             view.compare = compare.get(name, "")
         views.append(view)
@@ -193,6 +209,7 @@ def render_report(result_csv: str, details_csv: Optional[str] = None, out_path: 
     details_rows = read_csv_rows(details_csv) if os.path.isfile(details_csv) else []
     compare = _compare_verdicts(compare_csv)
     views = build_views(result_rows, details_rows, load_stacks(dump_dir), compare)
+    fidelity = bool(details_rows) and FIDELITY_COLUMN in details_rows[0]    # a details CSV with the column
     counts = {s: sum(1 for v in views if v.status == s) for s in STATUS_ORDER}
     compare_counts = {s: sum(1 for v in views if v.compare == s) for s in STATUS_ORDER} if compare else None
     env = Environment(loader=PackageLoader("pytest_msprobe.report", "templates"),
@@ -201,7 +218,9 @@ def render_report(result_csv: str, details_csv: Optional[str] = None, out_path: 
         title=title, views=views, counts=counts, compare_counts=compare_counts,
         compare_csv=os.path.abspath(compare_csv) if compare else None, total=len(views), plot=_plot_png(views),
         result_csv=os.path.abspath(result_csv), details_csv=os.path.abspath(details_csv),
-        columns=[c for c in DETAILS_HEADER if c not in ("API Name", "Message")],
+        columns=([c for c in DETAILS_HEADER if c not in ("API Name", "Message")]
+                 + ([FIDELITY_COLUMN] if fidelity else [])),
+        fidelity=fidelity,
         labels=METRIC_LABELS, extra=extra or {}, statuses=STATUS_ORDER, failing=(ERROR_KEY, WARNING_KEY),
     )
     if out_path is None:

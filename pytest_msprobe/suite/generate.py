@@ -57,6 +57,7 @@ def check_real_data(selected: Sequence[Selected], dump_json: str) -> list:
         GenerateError: a call without tensor files (a statistics dump) or a missing file; suggests --random.
     """
     from generators.paths import PathRefused, safe_join
+    from generators.recorded import recorded_files
     needed: dict = {}
     for sel in selected:
         case = sel.case
@@ -80,6 +81,7 @@ def check_real_data(selected: Sequence[Selected], dump_json: str) -> list:
                 raise GenerateError(f"{case.call_name}: tensor file {path} is missing; copy the dump's "
                                     f"{fmt.TENSOR_DIR} completely, or use --random")
             needed[item[fmt.DATA_NAME]] = path
+        needed.update((name, path) for path, name in recorded_files(case))   # for recorded and fidelity
     return sorted((path, name) for name, path in needed.items())
 
 

@@ -180,6 +180,8 @@ def check_call(config: Any, data_dir: str | os.PathLike, call: str, *, random: b
     if result.failing(options.fail_on):
         pytest.fail(f"{describe(result, seed_note)}\n(device {backend.name}, standard {options.standard})",
                     pytrace=False)
+    if result.fidelity_failure(options.fidelity):
+        pytest.fail(result.fidelity_failure(options.fidelity), pytrace=False)
     return result
 
 
