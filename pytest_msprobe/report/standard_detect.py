@@ -39,7 +39,7 @@ _MESSAGES = (
     ("Compare algorithm is not supported for", "1.0.4"),
     ("not support for run ut", "1.0.4"),
 )
-_STATUS = {"Warning": "1.0.4", "warning": "26.2"}
+_STATUS = {std.warning: name for name, std in STANDARDS.items()}   # 1.0.4 spells it Warning, 26.2 warning
 
 
 @dataclass(frozen=True)
