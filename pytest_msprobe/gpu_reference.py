@@ -9,8 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from .report.apc import _OUTPUT_NAME, ApiVerdict, DetailsTable, compare_tables, read_details
+from dumpers.format import parse_row_name
+
+from .report.apc import ApiVerdict, compare_tables
 from .report.columns import DETAILS_HEADER
+from .report.details_table import DetailsTable, read_details
 
 
 class GpuReference:
@@ -21,9 +24,9 @@ class GpuReference:
         self.version = version
         self.by_call: dict = {}
         for row in self.table.rows:
-            m = _OUTPUT_NAME.match(row["API Name"].strip())
-            if m is not None:
-                self.by_call.setdefault(m.group("call"), []).append(row)
+            parsed = parse_row_name(row["API Name"].strip())
+            if parsed is not None and parsed.api is not None:
+                self.by_call.setdefault(parsed.call, []).append(row)
 
     def judge(self, call: str, detail_rows: list) -> Optional[ApiVerdict]:
         """The compare's verdict for ``call`` from our formatted details rows; None if the GPU has no rows."""

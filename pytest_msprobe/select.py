@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from dumpers import format as fmt
+
 SKIP_LIST_MESSAGE = "API {api} in black list or not in white list. SKIP."
 SKIP_FILTER_MESSAGE = "same structure as {kept} (--msprobe-filter-api). SKIP."
 
@@ -55,10 +57,10 @@ class Selection:
         if not self.settings.filter_api or not isinstance(case.forward, dict):
             return None
         group = f"{case.prefix}.{case.api}"
-        args = case.forward.get("input_args") or []
+        args = case.forward.get(fmt.INPUT_ARGS) or []
         sig_args = [{k: v for k, v in a.items() if k not in ("Max", "Min")} for a in args if isinstance(a, dict)]
         try:
-            sig = json.dumps([sig_args, case.forward.get("input_kwargs") or {}], sort_keys=True, default=str)
+            sig = json.dumps([sig_args, case.forward.get(fmt.INPUT_KWARGS) or {}], sort_keys=True, default=str)
         except (TypeError, ValueError):
             return None
         kept = self._filter_seen.setdefault(group, {})

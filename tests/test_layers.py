@@ -1,4 +1,5 @@
-"""The house's floors: the capture side never imports the checker, and no package has an import circle.
+"""The house's floors: the capture side never imports the checker, no package has an import circle, and
+statuses are spelt only where they are defined.
 
 Every import counts, module-level or inside a function (a lazy import still ties two modules together).
 """
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ACYCLIC = ("dumpers", "generators", "pytest_msprobe/suite", "pytest_msprobe/cli")
+ACYCLIC = ("dumpers", "generators", "pytest_msprobe", "pytest_msprobe/suite", "pytest_msprobe/cli")
+# where a status string may be written: the verdict and the standards, and the CSV layout
+STATUS_HOMES = ("pytest_msprobe/precision/", "pytest_msprobe/report/columns.py")
 
 
 def _module_name(path: Path) -> str:
@@ -72,3 +75,47 @@ def test_no_import_circle(package):
     for start in sorted(graph):
         if start not in state:
             visit(start, [start])
+
+
+def _statuses() -> frozenset:
+    from pytest_msprobe.precision import verdict
+    from pytest_msprobe.precision.standards import STANDARDS
+
+    spelt = {verdict.PASS, verdict.ERROR, verdict.WARNING, verdict.SKIP, verdict.SKIP_KEY}
+    return frozenset(spelt | {std.warning for std in STANDARDS.values()})
+
+
+def _docstrings(tree: ast.AST) -> set:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def test_status_literals_only_in_their_homes():
+    statuses = _statuses()
+    bad = []
+    for top in ("dumpers", "generators", "pytest_msprobe"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if any(rel == home or (home.endswith("/") and rel.startswith(home)) for home in STATUS_HOMES):
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            docs = _docstrings(tree)
+            bad += [f"{rel}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and node.value in statuses and id(node) not in docs]
+    assert not bad, "spell statuses with pytest_msprobe.precision.verdict's constants: " + ", ".join(bad)
+
+
+def test_precision_imports_nothing_of_the_house():
+    """The pure core: no report, no dumpers, no generators, nothing of the checker outside ``precision``."""
+    known = _modules()
+    bad = [f"{name} imports {target}" for name, path in known.items() if name.startswith("pytest_msprobe.precision")
+           for target in _imports(name, path, known)
+           if target.split(".")[0] in ("dumpers", "generators", "pytest_msprobe")
+           and not target.startswith("pytest_msprobe.precision")]
+    assert not bad, bad

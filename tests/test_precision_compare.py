@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
+
+from dumpers.format import output_row_name
 
 from pytest_msprobe.precision import compare as C
 from pytest_msprobe.precision import metrics as M
@@ -201,18 +204,20 @@ def test_dict_with_equal_keys_compares_values():
 
 def test_compare_outputs_sequences():
     b = (BASE, BASE, None)
-    rows = compare_outputs("f", "Torch.f.0", "forward", b, (BASE.float(), (-BASE).float(), None, BASE))
+    rows = compare_outputs("f", partial(output_row_name, "Torch.f.0", "forward"), b,
+                           (BASE.float(), (-BASE).float(), None, BASE))
     assert [r.name for r in rows] == [f"Torch.f.0.forward.output.{i}" for i in range(3)]
     assert [r.status for r in rows] == ["pass", "error", "SKIP"]
-    short = compare_outputs("f", "Torch.f.0", "forward", b, [BASE.float()])
+    short = compare_outputs("f", partial(output_row_name, "Torch.f.0", "forward"), b, [BASE.float()])
     assert [r.status for r in short] == ["pass", "error", "error"]
     assert short[1].message == C.MSG_STRUCTURE
-    single = compare_outputs("f", "Torch.f.0", "backward", BASE, BASE.float())
+    single = compare_outputs("f", partial(output_row_name, "Torch.f.0", "backward"), BASE, BASE.float())
     assert [r.name for r in single] == ["Torch.f.0.backward.output.0"]
-    first = compare_outputs("npu_fusion_attention", "NPU.npu_fusion_attention.0", "forward",
+    first = compare_outputs("npu_fusion_attention", partial(output_row_name, "NPU.npu_fusion_attention.0", "forward"),
                             (BASE, BASE), (BASE.float(), (-BASE).float()))
     assert len(first) == 1 and first[0].status == "pass"
-    assert compare_outputs("f", "T.f.0", "forward", [BASE], BASE.float())[0].message == C.MSG_TYPE
+    t_f = partial(output_row_name, "T.f.0", "forward")
+    assert compare_outputs("f", t_f, [BASE], BASE.float())[0].message == C.MSG_TYPE
 
 
 def test_skip_row():

@@ -10,11 +10,13 @@ import csv
 import json
 import math
 import pathlib
+from functools import partial
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from dumpers.format import output_row_name
 from pytest_msprobe.precision.compare import compare_outputs
 from pytest_msprobe.report.columns import DETAIL_METRIC_FIELDS, DETAILS_HEADER
 from pytest_msprobe.report.fmt import format_cell
@@ -91,10 +93,11 @@ def _recompute(data_dir):
             # where the device result is the dumped output
             DIFFERENT_KERNEL.append(call)
             d_out = dumped
-        for r in compare_outputs(api, call, "forward", b_out, d_out, version="26.2"):
+        for r in compare_outputs(api, partial(output_row_name, call, "forward"), b_out, d_out, version="26.2"):
             rows[r.name] = r
         if b_grads is not None:
-            for r in compare_outputs(api, call, "backward", list(b_grads), list(d_grads), version="26.2"):
+            backward = partial(output_row_name, call, "backward")
+            for r in compare_outputs(api, backward, list(b_grads), list(d_grads), version="26.2"):
                 rows[r.name] = r
     return rows
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..precision import verdict
 from ..precision.standards import DEFAULT_STANDARD, STANDARDS
 
 DESCRIPTION = """\
@@ -47,12 +48,9 @@ def run(args: argparse.Namespace) -> int:
     from ..report.apc import run_compare
 
     outcome = run_compare(args.npu, args.gpu, args.out, version=args.standard, plot=args.plot)
-    counts = {s: 0 for s in ("pass", "warning", "error", "SKIP")}
+    counts = {s: 0 for s in verdict.COMPARE_STATUSES}
     for forward, backward, _ in outcome.apis.values():
-        cells = {(c or "").lower() for c in (forward, backward)}
-        key = ("error" if "error" in cells else "warning" if "warning" in cells
-               else "pass" if "pass" in cells else "SKIP")
-        counts[key] += 1
+        counts[verdict.compare_status(forward, backward)] += 1
     out = sys.stdout
     print(outcome.standard_reason or f"standard {outcome.version}", file=out)
     print(f"api_precision_compare (standard {outcome.version}): {len(outcome.apis)} APIs, "

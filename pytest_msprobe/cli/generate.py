@@ -6,6 +6,9 @@ import os
 import sys
 from typing import Any
 
+from ..settings import DEFAULT_SEED, DEFAULT_STANDARD
+from ..suite.plan import DEFAULT_STATUSES
+
 DESCRIPTION = """\
 Turn captured API calls into a small regression suite that runs with plain pytest, without the
 original dump: DIR/test_<name>.py (one parametrized test, one case per call, id = the call's dump name)
@@ -33,14 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "name (gelu); wildcards * ? allowed; repeatable (default: every call)")
     parser.add_argument("--from-result", metavar="RESULT_CSV", default=None,
                         help="select the APIs of this accuracy_checking_result CSV that have --status")
-    parser.add_argument("--status", default="error", metavar="LIST",
+    parser.add_argument("--status", default=",".join(DEFAULT_STATUSES), metavar="LIST",
                         help="with --from-result: statuses to select, from error,warning,pass,skip "
                              "(default error)")
     parser.add_argument("--random", action="store_true",
                         help="random-data suite: keep the statistics and the seed instead of tensor files")
     parser.add_argument("--seed", type=int, default=None, metavar="INT",
-                        help="seed of the random-data suite (default 1234)")
-    parser.add_argument("--standard", default="1.0.4", metavar="VERSION",
+                        help=f"seed of the random-data suite (default {DEFAULT_SEED})")
+    parser.add_argument("--standard", default=DEFAULT_STANDARD, metavar="VERSION",
                         help="precision standard named in the comments and used by default (1.0.4 or 26.2)")
     parser.add_argument("--name", default="msprobe",
                         help="suite name: test_<name>.py and <name>_data/ (default msprobe)")
@@ -53,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: Any) -> int:
     from ..suite.generate import generate
-    from ..suite.plan import DEFAULT_SEED, GenerateError
+    from ..suite.plan import GenerateError
     if args.seed is not None and not 0 <= args.seed < 2 ** 32:
         print(f"pytest-msprobe generate: error: --seed {args.seed} is out of range; use 0 to 4294967295",
               file=sys.stderr)

@@ -9,16 +9,16 @@ import argparse
 import os
 from collections import Counter
 
+from ..precision import verdict
+from ..precision.fields import REASON_FIELDS, SHORT_LABEL
 from ..report import acc_csv
-from ..report.columns import DETAILS_HEADER
+from ..report.columns import DETAILS_HEADER, HEADER_OF_FIELD
 
 DESCRIPTION = "Summarise an accuracy_checking_result CSV (ours or msprobe's): counts and the failing APIs."
 EPILOG = "example: pytest-msprobe summary out/accuracy_checking_result_20260101120000.csv --top 20"
 
-_METRICS = ("余弦相似度", "最大绝对误差", "双百指标", "双千指标", "双万指标", "二进制一致错误率")
-_METRIC_EN = {"余弦相似度": "cosine", "最大绝对误差": "max_abs", "双百指标": "double_hundred",
-              "双千指标": "double_thousand", "双万指标": "double_ten_thousand",
-              "二进制一致错误率": "binary_error_rate"}
+# the details columns a failing API's reason quotes: (CSV header, short label)
+_METRICS = tuple((HEADER_OF_FIELD[f], SHORT_LABEL[f]) for f in REASON_FIELDS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--details", default=None,
                         help="the details CSV (default: the result CSV's 'details' twin, if it exists)")
     parser.add_argument("--top", type=int, default=10, help="how many failing APIs to list (default 10)")
-    parser.add_argument("--fail-on", choices=("error", "warning"), default="error",
+    parser.add_argument("--fail-on", choices=verdict.FAIL_ON_CHOICES, default=verdict.DEFAULT_FAIL_ON,
                         help="which status makes the exit status 1 (default error)")
 
 
@@ -39,13 +39,13 @@ def _worst_rows(details_path: str) -> dict:
     worst: dict = {}
     for r in rows:
         status = r[status_i].strip().lower()
-        if status not in ("error", "warning"):
+        if not verdict.is_bad_row(status):
             continue
         api = acc_csv.api_of_output(r[0])
-        if api in worst and (worst[api][1] == "error" or status == "warning"):
+        if api in worst and (worst[api][1] == verdict.ERROR_KEY or status == verdict.WARNING_KEY):
             continue
         lines = [ln for ln in r[msg_i].splitlines() if ln.strip()]
-        metrics = ", ".join(f"{_METRIC_EN[m]}={r[col[m]].strip()}" for m in _METRICS
+        metrics = ", ".join(f"{label}={r[col[m]].strip()}" for m, label in _METRICS
                             if m in col and r[col[m]].strip())
         reason = (lines[-1] if lines else status) + (f" [{metrics}]" if metrics else "")
         worst[api] = (r[0], status, reason)
@@ -53,13 +53,13 @@ def _worst_rows(details_path: str) -> dict:
 
 
 def summarise(result_csv: str, details_csv: str | None = None, *, top: int = 10,
-              fail_on: str = "error") -> tuple:
+              fail_on: str = verdict.DEFAULT_FAIL_ON) -> tuple:
     """(lines to print, number of failing APIs)."""
     rows = acc_csv.read_result_csv(result_csv)
     fwd = Counter(r.forward.strip() or "blank" for r in rows)
     bwd = Counter(r.backward.strip() or "blank" for r in rows)
-    failing = [r for r in rows if acc_csv.is_failing(r.forward, r.backward, fail_on=fail_on)]
-    skipped = [r for r in rows if r.forward.strip().upper() == "SKIP"]
+    failing = [r for r in rows if verdict.is_failing(r.forward, r.backward, fail_on=fail_on)]
+    skipped = [r for r in rows if verdict.is_skip(r.forward)]
     lines = [f"{result_csv}: {len(rows)} APIs",
              "forward:  " + ", ".join(f"{k} {v}" for k, v in fwd.most_common()),
              "backward: " + ", ".join(f"{k} {v}" for k, v in bwd.most_common())]

@@ -7,7 +7,7 @@ chosen :class:`~.standards.StandardVersion`. torch is imported only when a tenso
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -412,28 +412,28 @@ def compare_output(api_name: str, row_name: str, bench: Any, device: Any, *,
     return _error_row(row_name, std.unexpected_type_message.format(type=type(bench)))
 
 
-def compare_outputs(api_name: str, api_call: str, direction: str, bench_out: Any, device_out: Any, *,
+def compare_outputs(api_name: str, row_name: Callable[[int], str], bench_out: Any, device_out: Any, *,
                     version: str | StandardVersion = DEFAULT_STANDARD) -> list:
     """Compare all outputs of one API call in one direction (1.5); one DetailRow per bench output.
 
-    A single tensor/builtin/None/dict gives one row ``{api_call}.{direction}.output.0``; a list/tuple gives
-    one row per bench element (extra device elements are ignored; missing ones are error rows).
+    A single tensor/builtin/None/dict gives one row, named ``row_name(0)``; a list/tuple gives one row per
+    bench element, ``row_name(i)`` (extra device elements are ignored; missing ones are error rows). The
+    caller names the rows (the details-CSV grammar is ``dumpers.format.output_row_name``'s).
     """
     std = get_standard(version)
-    name = f"{api_call}.{direction}.output."
     if isinstance(bench_out, (list, tuple)) and api_name in FIRST_OUTPUT_ONLY_APIS:
         bench_out = bench_out[0] if bench_out else None
         if isinstance(device_out, (list, tuple)):
             device_out = device_out[0] if device_out else None
     if not isinstance(bench_out, (list, tuple)):
-        return [compare_output(api_name, name + "0", bench_out, device_out, version=std)]
+        return [compare_output(api_name, row_name(0), bench_out, device_out, version=std)]
     if not isinstance(device_out, (list, tuple)):
-        return [_error_row(name + "0", MSG_TYPE)]
+        return [_error_row(row_name(0), MSG_TYPE)]
     rows = []
     for i, b in enumerate(bench_out):
         if i >= len(device_out):
-            rows.append(_error_row(name + str(i), MSG_STRUCTURE) if std.structure_mismatch_is_error
-                        else skip_row(name + str(i), "list index out of range"))
+            rows.append(_error_row(row_name(i), MSG_STRUCTURE) if std.structure_mismatch_is_error
+                        else skip_row(row_name(i), "list index out of range"))
             continue
-        rows.append(compare_output(api_name, name + str(i), b, device_out[i], version=std))
+        rows.append(compare_output(api_name, row_name(i), b, device_out[i], version=std))
     return rows

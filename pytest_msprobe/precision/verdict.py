@@ -94,6 +94,16 @@ def fidelity_fails(fidelity_cells: Iterable[object], mode: str) -> bool:
     return norm(mode) == STRICT_FIDELITY and any(is_unfaithful(c) for c in fidelity_cells)
 
 
+def compare_status(forward: object, backward: object) -> str:
+    """The one status an API of an NPU-vs-GPU compare is counted under: error, else warning, else pass, else SKIP."""
+    cells = {norm(forward), norm(backward)}
+    return next((s for s in (ERROR, WARNING, PASS) if s in cells), SKIP)
+
+
+# the order a compare summary counts its statuses in
+COMPARE_STATUSES = (PASS, WARNING, ERROR, SKIP)
+
+
 def compare_failures(verdicts: Mapping[str, tuple]) -> list:
     """API names that fail the NPU-vs-GPU compare (any error), sorted: a non-empty list fails the run."""
     return sorted(name for name, pair in verdicts.items() if is_failing(*pair, fail_on=ERROR))

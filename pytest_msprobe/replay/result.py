@@ -6,8 +6,11 @@ No pytest and no torch here: the item turns a :class:`CaseResult` into an outcom
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
+
+from dumpers import format as fmt
 
 from ..precision import verdict
 from ..precision.fields import reason_metrics
@@ -109,14 +112,25 @@ def _compare() -> Any:
 def skip_result(name: str, message: str, *, data_mode: str = REAL_DATA, seed: int | None = None,
                 direction_row: bool = True) -> CaseResult:
     """API-level SKIP (spec 3.4): result row with the message, one SKIP details row."""
-    rows = [_compare().skip_row(f"{name}.forward.output.0", message)] if direction_row else []
+    rows = [_compare().skip_row(fmt.output_row_name(name, fmt.FORWARD, 0), message)] if direction_row else []
     return CaseResult(name, verdict.SKIP, verdict.SKIP, message, rows, data_mode, seed)
 
 
 def error_result(name: str, message: str, *, data_mode: str = REAL_DATA, seed: int | None = None) -> CaseResult:
     """API reported as error without metrics (timeout, crashed worker)."""
-    row = dataclasses.replace(_compare().skip_row(f"{name}.forward.output.0", message), status=verdict.ERROR)
+    row = _compare().skip_row(fmt.output_row_name(name, fmt.FORWARD, 0), message)
+    row = dataclasses.replace(row, status=verdict.ERROR)
     return CaseResult(name, verdict.ERROR, None, message, [row], data_mode, seed)
+
+
+def _namer(call: str, direction: str) -> Any:
+    """The row names of ``call``'s outputs in ``direction``: index -> ``{call}.{direction}.output.{index}``."""
+    return functools.partial(fmt.output_row_name, call, direction)
+
+
+def _direction(row_name: str) -> str | None:
+    parsed = fmt.parse_row_name(row_name)
+    return parsed.direction if parsed is not None else None
 
 
 def case_name(case: Any) -> str:
@@ -165,8 +179,9 @@ def judge(name: str, api: str, std: Any, outputs: tuple, messages: list, mode: s
         backward = (compare.dropout_status(bg_cmp[0], dg_cmp[0])
                     if bg_cmp and dg_cmp and bg_cmp[0] is not None else None)
     else:
-        fwd_rows = compare.compare_outputs(api, name, "forward", b_cmp, d_cmp, version=std.name)
-        bwd_rows = compare.compare_outputs(api, name, "backward", bg_cmp, dg_cmp, version=std.name) if bg_cmp else []
+        fwd_rows = compare.compare_outputs(api, _namer(name, fmt.FORWARD), b_cmp, d_cmp, version=std.name)
+        bwd_rows = (compare.compare_outputs(api, _namer(name, fmt.BACKWARD), bg_cmp, dg_cmp, version=std.name)
+                    if bg_cmp else [])
         if skips:
             fwd_rows, bwd_rows = ([compare.skip_row(r.name, skips[r.name]) if r.name in skips else r for r in rows]
                                   for rows in (fwd_rows, bwd_rows))
@@ -179,12 +194,12 @@ def judge(name: str, api: str, std: Any, outputs: tuple, messages: list, mode: s
     message = None
     if messages:
         text = "".join(messages)
-        details.append(compare.skip_row(f"{name}.backward.output.0", text))
+        details.append(compare.skip_row(fmt.output_row_name(name, fmt.BACKWARD, 0), text))
         if backward is None and std.all_skip_is_skip:
             backward = verdict.SKIP
             message = text
     if forward == verdict.SKIP:
-        first = next((r for r in details if ".forward." in r.name), None)
+        first = next((r for r in details if _direction(r.name) == fmt.FORWARD), None)
         message = first.message if first is not None else (message or "")
     result = CaseResult(name, forward, backward, message, details, mode, seed)
     if note:

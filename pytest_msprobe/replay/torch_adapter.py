@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dumpers import format as fmt
+
 from .sides import BENCH, Side, copy_tensor, first_grad, map_leaves, raise_target
 from .result import MULTI_BACKWARD_MESSAGE
 
@@ -61,8 +63,8 @@ class TorchAdapter:
         None when none does."""
         import torch
         fwd = case.forward if isinstance(case.forward, dict) else {}
-        dump_args = fwd.get("input_args") or []
-        dump_kwargs = fwd.get("input_kwargs") or {}
+        dump_args = fwd.get(fmt.INPUT_ARGS) or []
+        dump_kwargs = fwd.get(fmt.INPUT_KWARGS) or {}
 
         def wants(t: Any, info: Any) -> bool:
             if not isinstance(t, torch.Tensor) or not (t.is_floating_point() or t.is_complex()):

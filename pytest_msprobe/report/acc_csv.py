@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dumpers import atomic
+from dumpers.format import parse_row_name
 
 from ..precision.verdict import DEFAULT_FAIL_ON, is_failing  # is_failing: a result row's roll-up, for readers
 from .columns import BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, FIDELITY_COLUMN, RESULT_HEADER
@@ -31,7 +32,6 @@ BOM = "\ufeff"
 RESULT_PREFIX = "accuracy_checking_result_"
 DETAILS_PREFIX = "accuracy_checking_details_"
 RESULT_NAME_RE = re.compile(r"^accuracy_checking_result_(\d{14})\.csv$")
-_DETAIL_API_RE = re.compile(r"^(?P<api>.+)\.(forward|backward)\.output\.\d+$")
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 
@@ -68,8 +68,8 @@ def cell_name(cell: str) -> str:
 def api_of_output(row_name: str) -> str:
     """``Functional.linear.0.backward.output.2`` -> ``Functional.linear.0``."""
     name = cell_name(row_name)
-    m = _DETAIL_API_RE.match(name)
-    return m.group("api") if m else name
+    parsed = parse_row_name(name)
+    return parsed.call if parsed is not None else name
 
 
 # --- rows -----------------------------------------------------------------------------------------

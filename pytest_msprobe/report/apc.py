@@ -11,129 +11,26 @@ become a SKIP details row with the reason, and every API gets exactly one result
 from __future__ import annotations
 
 import csv
-import io
 import math
 import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+
+from dumpers.format import parse_row_name
 
 from ..precision import apc_rules as R
 from ..precision.standards import DEFAULT_STANDARD, ERROR, SKIP, TOPK_HINT, StandardVersion
-from .columns import APC_DETAILS_HEADER, APC_RESULT_HEADER, BLANK, DETAILS_HEADER
+from .columns import APC_DETAILS_HEADER, APC_RESULT_HEADER, BLANK
+from .details_table import (COPIED_COLUMNS, REQUIRED_COLUMNS, ApcInputError, DetailsTable, PathLike,
+                            read_details)
 from .fmt import format_cell, safe_text
+from .standard_detect import choose_standard, detect_standard
 
-PathLike = Union[str, Path]
-
-# columns a details CSV must have (5.1)
-REQUIRED_COLUMNS = (
-    "API Name", "DEVICE Dtype", "小值域错误占比", "均方根误差", "相对误差最大值", "相对误差平均值",
-    "误差均衡性", "二进制一致错误率", "inf/nan错误率", "相对误差错误率", "绝对误差错误率",
-    "ULP误差平均值", "ULP误差大于阈值占比", "双千指标",
-)
-# NPU values copied into the output as they were read (5.7)
-COPIED_COLUMNS = frozenset({
-    "二进制一致错误率", "inf/nan错误率", "相对误差错误率", "绝对误差错误率",
-    "ULP误差平均值", "ULP误差大于阈值占比", "双千指标",
-})
-
-_OUTPUT_NAME = re.compile(
-    r"^(?P<call>[^.]+\.(?P<api>.+)\.\d+)\.(?P<direction>forward|backward)\.output\.\d+$")
+__all__ = ["COPIED_COLUMNS", "REQUIRED_COLUMNS", "ApcInputError", "ApiVerdict", "CompareOutcome", "DetailsTable",
+           "compare_tables", "details_record", "read_details", "result_record", "run_compare", "write_csv"]
 _EMPTY_SHAPE = re.compile(r"(?:^\(|,\s*)0\s*(?:,|\))")
-
-
-class ApcInputError(ValueError):
-    """A details CSV that cannot be compared (missing, empty, wrong header, broken rows)."""
-
-
-def _key(header: str) -> str:
-    return "".join(header.split()).lower()
-
-
-# doc spellings (spaces, case) map onto the code headers (section 9 #22)
-_CANONICAL = {_key(h): h for h in DETAILS_HEADER}
-
-
-@dataclass
-class DetailsTable:
-    """A details CSV as read: its rows (canonical column -> cell text) and how each column parsed."""
-    path: Path
-    side: str
-    rows: list = field(default_factory=list)     # list[dict[str, str]]
-    kinds: dict = field(default_factory=dict)    # column -> "int" | "float" | "text"
-
-    def copied_text(self, column: str, text: str) -> str:
-        """An NPU cell as the compare copies it: integers and floats re-formatted when the whole column
-        is numeric (as msprobe's reader types it), else the text as read."""
-        kind = self.kinds.get(column, "text")
-        if kind == "int":
-            return str(int(float(text)))
-        if kind == "float":
-            return format_cell(float(text))
-        return text
-
-
-def _column_kind(values: list) -> str:
-    kind = "int"
-    for v in values:
-        t = v.strip()
-        if not t:
-            return "text"
-        try:
-            float(t)
-        except ValueError:
-            return "text"
-        if kind == "int" and not re.fullmatch(r"[+-]?\d+", t):
-            kind = "float"
-    return kind if values else "text"
-
-
-def read_details(path: PathLike, side: str = "NPU") -> DetailsTable:
-    """Read an ``accuracy_checking_details_*.csv`` (ours or msprobe's; BOM or not, CRLF or LF).
-
-    Raises:
-        ApcInputError: the file is missing, not UTF-8, empty, lacks required columns or has broken rows;
-            the message names the file, the side and the column or line.
-    """
-    p = Path(path)
-    what = f"{side} details CSV {str(p)!r}"
-    if not p.is_file():
-        raise ApcInputError(f"{what} does not exist; pass the accuracy_checking_details_*.csv written by "
-                            f"run_ut / acc_check or by 'pytest --msprobe-api-info'")
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ApcInputError(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
-                            f"pass the CSV file itself, not a spreadsheet export") from None
-    reader = csv.reader(io.StringIO(text, newline=""))
-    header = next(reader, None)
-    if not header or not any(h.strip() for h in header):
-        raise ApcInputError(f"{what} is empty; expected a header starting with "
-                            f"'{','.join(DETAILS_HEADER[:4])},...' and one row per compared output")
-    columns = [_CANONICAL.get(_key(h), h) for h in header]
-    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
-    if missing:
-        hint = ""
-        if _key(header[0]) == "apiname" and "Forward Test Success" in header:
-            hint = " (this is a result CSV: pass accuracy_checking_details_*.csv, not *_result_*.csv)"
-        elif "比对结果" in header:
-            hint = " (this is an api_precision_compare output, not a run_ut details CSV)"
-        raise ApcInputError(f"The following columns {{{','.join(missing)}}} are missing in {what}{hint}")
-    table = DetailsTable(p, side)
-    for record in reader:
-        if not record or (len(record) == 1 and not record[0].strip()):
-            continue
-        if len(record) != len(columns):
-            raise ApcInputError(f"{what}, line {reader.line_num}: {len(record)} cells but the header has "
-                                f"{len(columns)} columns; the file is cut off or was edited "
-                                f"(re-run the check)")
-        table.rows.append(dict(zip(columns, record)))
-    if not table.rows:
-        raise ApcInputError(f"{what} has a header but no rows; the check that wrote it compared nothing")
-    table.kinds = {c: _column_kind([r[c] for r in table.rows]) for c in COPIED_COLUMNS}
-    return table
 
 
 # --------------------------------------------------------------------------------------------------
@@ -234,22 +131,22 @@ def compare_tables(npu: DetailsTable, gpu: DetailsTable, *, version: str = DEFAU
     details: dict = {}        # group key -> list[(name, verdict)]
 
     def add(name: str, verdict: R.RowVerdict) -> None:
-        m = _OUTPUT_NAME.match(name)
-        if m is None:
+        parsed = parse_row_name(name)
+        if parsed is None or parsed.api is None:
             verdict = R.skip_verdict(f"The API name {name} is invalid.")
             groups[name] = _Group(name, invalid=verdict.message)
             details.setdefault(name, []).append((name, verdict))
             return
-        key = m.group("call")
-        group = groups.setdefault(key, _Group(m.group("api")))
-        getattr(group, m.group("direction")).append((verdict.status, verdict.message))
+        key = parsed.call
+        group = groups.setdefault(key, _Group(parsed.api))
+        getattr(group, parsed.direction).append((verdict.status, verdict.message))
         details.setdefault(key, []).append((name, verdict))
 
     for row in npu.rows:
         name = row["API Name"].strip()
-        m = _OUTPUT_NAME.match(name)
+        parsed = parse_row_name(name)
         matches = gpu_rows.get(name, [])
-        if m is None:
+        if parsed is None or parsed.api is None:
             verdict = R.skip_verdict("")
         elif not matches:
             verdict = R.skip_verdict(f"This API : {name} does not exist in the GPU data.")
@@ -257,7 +154,7 @@ def compare_tables(npu: DetailsTable, gpu: DetailsTable, *, version: str = DEFAU
             verdict = R.skip_verdict(f"This API : {name} has multiple records in the GPU data "
                                      f"({len(matches)} rows); keep one row per output in {gpu.path}.")
         else:
-            verdict = _judge(row, matches[0], m.group("api"), std, rules, name)
+            verdict = _judge(row, matches[0], parsed.api, std, rules, name)
             for column in COPIED_COLUMNS & verdict.cells.keys():
                 verdict.cells[column] = npu.copied_text(column, row[column].strip() or "0")
         add(name, verdict)
@@ -413,8 +310,6 @@ def run_compare(npu_details_csv: PathLike, gpu_details_csv: PathLike, out_dir: P
 
 def _standard_of(npu: DetailsTable, gpu: DetailsTable, requested: str | None) -> tuple:
     """(standard, why): ``requested``, or the one both CSVs were written under."""
-    from .standard_detect import choose_standard, detect_standard
-
     try:
         return choose_standard(detect_standard(npu.rows), detect_standard(gpu.rows), requested)
     except ValueError as exc:

@@ -19,9 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional
 
+from dumpers.format import parse_row_name
+
 from ..precision import apc_rules as R
 from ..precision.standards import DEFAULT_STANDARD, STANDARDS
 from .columns import DATA_MODE_COLUMN
+from .details_table import read_details
 
 BENCHMARK_CELLS = ("小值域错误占比", "均方根误差", "相对误差最大值", "相对误差平均值", "误差均衡性")
 OTHER_STANDARD_CELLS = ("ULP误差平均值", "ULP误差大于阈值占比", "相对误差错误率", "绝对误差错误率",
@@ -36,7 +39,7 @@ _MESSAGES = (
     ("Compare algorithm is not supported for", "1.0.4"),
     ("not support for run ut", "1.0.4"),
 )
-_STATUS = {"Warning": "1.0.4", "warning": "26.2"}
+_STATUS = {std.warning: name for name, std in STANDARDS.items()}   # 1.0.4 spells it Warning, 26.2 warning
 
 
 @dataclass(frozen=True)
@@ -75,13 +78,13 @@ def _row_evidence(row: Mapping[str, str]) -> Optional[tuple]:
     if other:
         return "1.0.4", (f"the {dtype} output {name} has {other[0]} filled (1.0.4 judges it by another "
                          f"standard than the benchmark; 26.2 judges every float output by the benchmark)")
-    m = re.match(r"^[^.]+\.(?P<api>.+)\.\d+\.(forward|backward)\.output\.\d+$", name)
-    if m is None or not _filled(row, BENCHMARK_CELLS):
+    parsed = parse_row_name(name)
+    if parsed is None or parsed.api is None or not _filled(row, BENCHMARK_CELLS):
         return None
-    algorithm = R.select_algorithm(m.group("api"), dtype, STANDARDS["1.0.4"])
+    algorithm = R.select_algorithm(parsed.api, dtype, STANDARDS["1.0.4"])
     if algorithm in (R.ALGO_ULP, R.ALGO_ABSOLUTE, R.ALGO_BINARY):
         return "26.2", (f"the {dtype} output {name} has only benchmark cells, which 26.2 writes for every float "
-                        f"output (1.0.4 judges {m.group('api')} by {algorithm})")
+                        f"output (1.0.4 judges {parsed.api} by {algorithm})")
     return None
 
 
@@ -138,8 +141,6 @@ def choose_standard(npu: Detection, gpu: Detection, requested: Optional[str] = N
 
 def standard_of_csv(path: str) -> Detection:
     """:func:`detect_standard` of a details CSV file (read as the compare reads it)."""
-    from .apc import read_details
-
     table = read_details(path, "GPU")
     return detect_standard(table.rows, list(table.rows[0]) if table.rows else [])
 

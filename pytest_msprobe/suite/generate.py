@@ -27,6 +27,7 @@ from .plan import (
     DEFAULT_NAME,
     DEFAULT_SEED,
     DEFAULT_STANDARD,
+    DEFAULT_STATUSES,
     GENERATOR,
     HEADER_MARK,
     IGNORED_ENTRIES,
@@ -171,7 +172,7 @@ def _write_text(path: str, text: str) -> None:
 
 
 def generate(dump: str, out_dir: str, *, apis: Sequence[str] = (), from_result: str | None = None,
-             statuses: Sequence[str] = ("error",), random: bool = False, name: str = DEFAULT_NAME,
+             statuses: Sequence[str] = DEFAULT_STATUSES, random: bool = False, name: str = DEFAULT_NAME,
              force: bool = False, scripts: Sequence[str] = (), seed: int = DEFAULT_SEED,
              standard: str = DEFAULT_STANDARD) -> list:
     """Write the regression suite of the selected calls of ``dump`` into ``out_dir``.

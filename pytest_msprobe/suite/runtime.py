@@ -16,7 +16,8 @@ import functools
 import os
 from typing import Any
 
-from .plan import DEFAULT_SEED, DEFAULT_STANDARD
+from ..precision import verdict
+from ..settings import DEFAULT_SEED, DEFAULT_STANDARD
 _KEYS: list = []         # the config.stash key of a run's session (made on first use: pytest is lazy)
 
 
@@ -195,7 +196,7 @@ def reproduce_parser(call: str, *, default_standard: str = DEFAULT_STANDARD) -> 
     p.add_argument("--backend", default=None, metavar="MODULE:ATTR",
                    help="import a custom device backend (object or class), e.g. mybackends:Planted")
     p.add_argument("--standard", default=default_standard, help=f"precision standard (default {default_standard})")
-    p.add_argument("--fail-on", choices=("error", "warning"), default="error",
+    p.add_argument("--fail-on", choices=verdict.FAIL_ON_CHOICES, default=verdict.DEFAULT_FAIL_ON,
                    help="exit 1 on error (default) or also on warning")
     return p
 
@@ -209,7 +210,7 @@ def format_result(result: Any) -> str:
         std = f" ({row.standard})" if getattr(row, "standard", "") else ""
         lines.append(f"  {row.name}: {row.status}{std}" + (f"  {metrics}" if metrics else ""))
         message = " ".join(str(row.message or "").split())
-        if message and str(row.status).lower() != "pass":
+        if message and verdict.norm(row.status) != verdict.PASS_KEY:
             lines.append(f"    {message}")
     lines.append(f"verdict: forward {result.forward}, backward {result.backward or '-'}"
                  + (f" ({result.data_mode}, seed {result.seed})" if result.data_mode == "random_data" else ""))
@@ -218,8 +219,8 @@ def format_result(result: Any) -> str:
     return "\n".join(lines)
 
 
-def exit_status(result: Any, fail_on: str = "error") -> int:
+def exit_status(result: Any, fail_on: str = verdict.DEFAULT_FAIL_ON) -> int:
     """0 pass, 1 failing the standard, 2 skipped (could not run)."""
     if result.skipped:
         return 2
-    return 1 if result.failing(fail_on) else 0
+    return 1 if verdict.is_failing(result.forward, result.backward, fail_on=fail_on) else 0
