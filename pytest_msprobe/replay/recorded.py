@@ -9,6 +9,7 @@ from a device side, the ``Replay Fidelity`` cell of every row the dump recorded.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from generators.recorded import BACKWARD, FORWARD, not_recorded_reason
@@ -128,7 +129,7 @@ def fidelity(name: str, api: str, device: Any, mapping: list, recorded: Any) -> 
     return cells
 
 
-def usage_problem(backend: Any, cases: list) -> str | None:
+def usage_problem(backend: Any, cases: Iterable) -> str | None:
     """Why the ``recorded`` device type cannot judge these cases at all (statistics-only dumps), or None."""
     from generators.recorded import has_recorded_files
 
