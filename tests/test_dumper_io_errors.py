@@ -106,11 +106,13 @@ def _small_tmpfs(path: pathlib.Path, size: str = "64k"):
 
 @pytest.mark.parametrize("task", ["statistics", "tensor"])
 def test_full_disk_switches_the_dump_off(tmp_path, normal_losses, pytester, task):
-    """A 64 KiB tmpfs: the run goes on with its normal losses, one message, step 0 checkable."""
-    with _small_tmpfs(tmp_path / "disk") as disk:
+    """A small tmpfs: the run goes on with its normal losses, one message, step 0 checkable."""
+    # every file takes at least one 4 KiB page of the tmpfs. The tensor task dumps the ReLU calls only: step 0
+    # is 9 pages (4 tensor files), step 1 needs 12 more for its tensor files alone. The tensor writer may run
+    # behind training, so the JSON files and journals of steps 1 and 2 (about 11 pages) can be written before
+    # step 0's tensor files: 96 KiB holds step 0 in either order and never step 1 as well.
+    with _small_tmpfs(tmp_path / "disk", "96k" if task == "tensor" else "64k") as disk:
         dump = disk / "dump"
-        # every tensor file takes a 4 KiB page of the tmpfs: the tensor task dumps the ReLU calls only, so that
-        # step 0 fits and a later step does not
         out = _train(dump, task, "0", apis=("relu",) if task == "tensor" else ())
         _assert_contract(out, normal_losses, dump)
         _check_step0(pytester, dump, task)
@@ -164,7 +166,54 @@ def test_a_vanished_tensor_directory_switches_the_dump_off(tmp_path, monkeypatch
     names = [item["data_name"] for entry in doc["data"].values() for part in entry.values()
              if isinstance(part, list) for item in part if isinstance(item, dict) and "data_name" in item]
     assert names and all((step0 / fmt.TENSOR_DIR / n).is_file() for n in names)
+    # step 1's dump.json, queued behind its failed tensor files, was never written: the one of its start stays
+    # (no entries), beside the journal repair-dump finishes it from
+    step1 = tmp_path / "d" / "step1" / "rank"
+    assert json.loads((step1 / fmt.DUMP_JSON).read_text())["data"] == {} and (step1 / fmt.JOURNAL).is_file()
     assert _temp_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", ["process", "thread"])
+def test_a_step_json_file_lands_after_the_tensor_files_queued_before_it(tmp_path, kind):
+    """Files queued with submit_file (and removals) are carried out after every tensor file queued before."""
+    from dumpers.torch_dump.writer import ProcessWriter, TensorWriter
+    writer = ProcessWriter() if kind == "process" else TensorWriter()
+    big = [tmp_path / f"t{i}.pt" for i in range(4)]
+    journal = tmp_path / fmt.JOURNAL
+    journal.write_text("{}\n")
+    try:
+        for path in big:
+            writer.submit_copy(str(path), torch.ones(4 << 20))        # 16 MiB each
+        assert writer.submit_file(str(tmp_path / fmt.DUMP_JSON), b'{"data": {}}')
+        assert writer.submit_remove(str(journal))
+        seen = []
+        while not writer.flush(timeout=0.001):
+            if (tmp_path / fmt.DUMP_JSON).exists():
+                seen.append(all(p.exists() for p in big))
+        assert all(seen)
+    finally:
+        writer.close()
+    assert all(p.stat().st_size > 16 << 20 for p in big)
+    assert (tmp_path / fmt.DUMP_JSON).read_bytes() == b'{"data": {}}' and not journal.exists()
+    assert writer.failure() is None
+
+
+@pytest.mark.parametrize("kind", ["process", "thread"])
+def test_after_a_failed_tensor_file_the_json_files_behind_it_are_not_written(tmp_path, kind):
+    """A tensor file that cannot be written: the dump.json and journal removal queued after it are skipped."""
+    from dumpers.torch_dump.writer import ProcessWriter, TensorWriter
+    writer = ProcessWriter(report=False) if kind == "process" else TensorWriter(report=False)
+    journal = tmp_path / fmt.JOURNAL
+    journal.write_text("{}\n")
+    try:
+        writer.submit_copy(str(tmp_path / "gone" / "t.pt"), torch.ones(8))   # no such directory
+        writer.submit_file(str(tmp_path / fmt.DUMP_JSON), b"{}")
+        writer.submit_remove(str(journal))
+        writer.flush()
+    finally:
+        writer.close()
+    assert isinstance(writer.failure(), OSError) and writer.failure().errno == errno.ENOENT
+    assert not (tmp_path / fmt.DUMP_JSON).exists() and journal.exists()
 
 
 def test_journal_write_error_is_reported_once_with_its_path(tmp_path, monkeypatch, caplog, fresh_debugger):

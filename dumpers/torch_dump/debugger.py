@@ -222,7 +222,7 @@ class PrecisionDebugger:
             self.gradient_monitor.monitor(model)
 
     def flush(self) -> None:
-        """Wait until every queued tensor file is on disk."""
+        """Wait until the files of every stopped step are on disk (its tensor files, then its dump.json)."""
         if self.session is not None and self.session.writer is not None:
             self.session.writer.flush()
 

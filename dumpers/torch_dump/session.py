@@ -112,6 +112,7 @@ class DumpSession:
         self.tensor_dir: Optional[str] = None
         self.dump_data_dir: Optional[str] = None
         self._saved: dict = {}            # id(tensor) -> (weakref, version, file) of this step's tensor files
+        self._removal_queued = False      # the writer is to remove this step's journal (see write_files)
         self._scope_on = False
 
     def next_step(self) -> None:
@@ -131,6 +132,9 @@ class DumpSession:
         """Create ``step{N}/rank{R}/`` and the initial files on the first start() of a step."""
         if self.dir is not None:
             if self.journal is None:
+                if self._removal_queued and self.writer is not None:
+                    self.writer.flush()         # the step's journal, removed by the writer, before it is new again
+                self._removal_queued = False
                 self.journal = JournalWriter(os.path.join(self.dir, fmt.JOURNAL))
             return
         path = fmt.step_rank_dir(self.config.dump_path, self.step, self.rank)
@@ -163,25 +167,41 @@ class DumpSession:
         return {**self._header(), "data": {}}
 
     def write_files(self) -> None:
-        """stop(): dump.json, stack.json, construct.json in full (atomic), journal removed."""
+        """stop(): dump.json, stack.json, construct.json in full (atomic), then the journal removed.
+
+        With a tensor writer the three files (and the journal's removal) are queued behind the step's
+        tensor files, so the writer runs on behind training and still a dump.json on disk never names a
+        file that is not there yet: a full disk or a kill leaves every step whose dump.json was written
+        whole, the step cut short with its journal for ``repair-dump``.
+        """
         if self.dir is None:
             return
         if self.check_writer():
             return
         stack = {str(sid): [keys, lines] for sid, keys, lines in self.stack_groups.values() if keys}
-        path = os.path.join(self.dir, fmt.DUMP_JSON)
+        files = ((fmt.DUMP_JSON, dump_json_text(self._header(), self.texts)),
+                 (fmt.STACK_JSON, jsonfast.dumps_json_fast(stack)),
+                 (fmt.CONSTRUCT_JSON, jsonfast.dumps_json_fast(self.construct)))
+        writer = self.writer
+        path = self.dir
         try:
-            atomic.write_text(path, dump_json_text(self._header(), self.texts), mode=fmt.FILE_MODE)
-            path = os.path.join(self.dir, fmt.STACK_JSON)
-            fmt.write_json_atomic(path, stack, fsync=False)
-            path = os.path.join(self.dir, fmt.CONSTRUCT_JSON)
-            fmt.write_json_atomic(path, self.construct, fsync=False)
+            for name, text in files:
+                path = os.path.join(self.dir, name)
+                if writer is not None:
+                    if writer.submit_file(path, text.encode("utf-8")):
+                        continue
+                    if self.check_writer():     # it failed since: the step's files are not all there
+                        return
+                    writer = None
+                atomic.write_text(path, text, mode=fmt.FILE_MODE)
         except OSError as exc:
             self._fail(exc, path)
             return
         if self.journal is not None:
-            self.journal.close(remove=True)
-            self.journal = None
+            journal, self.journal = self.journal, None
+            queued = writer is not None and writer.submit_remove(journal.path)
+            journal.close(remove=not queued)
+        self._removal_queued = writer is not None
 
     def close(self) -> None:
         """Wait for the tensor writer (its first error is reported), close the journal."""
@@ -203,9 +223,19 @@ class DumpSession:
         if self.writer is not None and not self.dump_off.off:
             error = self.writer.failure()
             if error is not None:           # the file's path names its step (the writer runs behind training)
-                self.dump_off.trip(error, None, self.step, self.dir)
+                step = self._step_of(getattr(error, "filename", None))
+                step_dir = self.dir if step == self.step else fmt.step_rank_dir(self.config.dump_path, step, self.rank)
+                self.dump_off.trip(error, None, step, step_dir)
                 self._switch_off()
         return self.dump_off.off
+
+    def _step_of(self, path: Optional[str]) -> int:
+        """The step a file of this dump belongs to (``step{N}/`` under dump_path); the current one if unknown."""
+        if path:
+            first = os.path.relpath(path, self.config.dump_path).split(os.sep, 1)[0]
+            if first.startswith("step") and first[4:].isdigit():
+                return int(first[4:])
+        return self.step
 
     def _fail(self, exc: BaseException, path: Optional[str] = None) -> None:
         """An I/O error of the dump: reported once (path, errno, what was kept), the dump off for good."""

@@ -148,6 +148,28 @@ class TensorWriter:
             self._pending_bytes += nbytes
             self._cond.notify_all()
 
+    def submit_file(self, path: str, data: bytes) -> bool:
+        """Queue ``data`` as the whole file ``path``, written after every file queued before it.
+
+        False when this writer takes no more files (after an error or :meth:`close`): the caller writes it.
+        """
+        return self._enqueue(path, bytes(data), len(data))
+
+    def submit_remove(self, path: str) -> bool:
+        """Queue the removal of ``path``, done after every file queued before it (False: not queued)."""
+        return self._enqueue(path, None, 0)
+
+    def _enqueue(self, path: str, payload: Optional[bytes], nbytes: int) -> bool:
+        with self._cond:
+            if self.error is not None or self._closed:
+                return False
+            while self._pending_bytes and self._pending_bytes + nbytes > self.budget and self.error is None:
+                self._cond.wait()
+            self._queue.append((path, payload, nbytes, None, None))
+            self._pending_bytes += nbytes
+            self._cond.notify_all()
+        return True
+
     def submit_copy(self, path: str, tensor: torch.Tensor) -> None:
         """Queue a private copy of ``tensor`` for ``path``.
 
@@ -194,6 +216,10 @@ class TensorWriter:
                 if self.error is None:
                     if link_to is not None:
                         self._link(link_to, path)
+                    elif isinstance(tensor, bytes):
+                        writer_proc.write(memoryview(tensor), path, fmt.FILE_MODE)
+                    elif tensor is None:
+                        writer_proc.remove(path)
                     else:
                         self._save(path, tensor)
                     self.written += 1
@@ -309,6 +335,42 @@ class ProcessWriter:
                     self._send(self._proto.OP_LINK, 0, 0, 0, path, link_to)
             return
         self.submit_copy(path, tensor)
+
+    def submit_file(self, path: str, data: bytes) -> bool:
+        """Queue ``data`` as the whole file ``path``, written after every file sent before it.
+
+        False when this writer takes no more files (after an error, :meth:`close`, in a forked child): the
+        caller writes it. A file larger than the ring is written from here once the files before it are.
+        """
+        if self._pipe is None or self.error is not None:
+            return False
+        with self._lock:
+            try:
+                place = self._alloc(len(data))
+            except OSError as exc:              # the writer process is gone
+                self._fail(exc, path)
+                return False
+            if place is None:
+                self.flush()
+                if self.error is not None:
+                    return False
+                try:
+                    writer_proc.write(memoryview(data), path, fmt.FILE_MODE)
+                except OSError as exc:
+                    self._fail(exc, path)
+                return True
+            offset, span = place
+            self._arena[offset:offset + len(data)] = data
+            self._send(self._proto.OP_WRITE, offset, len(data), span, path, "")
+        return True
+
+    def submit_remove(self, path: str) -> bool:
+        """Queue the removal of ``path``, done after every file sent before it (False: not queued)."""
+        if self._pipe is None or self.error is not None:
+            return False
+        with self._lock:
+            self._send(self._proto.OP_REMOVE, 0, 0, 0, path, "")
+        return self.error is None
 
     def submit_copy(self, path: str, tensor: torch.Tensor) -> None:
         """Copy ``tensor``'s file bytes into the ring and queue them for ``path``."""

@@ -7,7 +7,9 @@ whoever reads the directory sees whole files or none. When the pipe closes (the 
 finished, or died) every record already sent is still written before this process exits.
 
 Record (little endian): op (1 byte), arena offset, file size, arena span to release (8 bytes each),
-path length, link-source length (2 bytes each), then the two paths as UTF-8.
+path length, link-source length (2 bytes each), then the two paths as UTF-8. Ops: write a file from the
+arena, hard-link a file written before, remove a file (a step's journal, once its dump.json is written).
+Records are carried out in order: a step's dump.json, sent after its tensor files, lands after them.
 
 The arena's first page is the control block this process updates: bytes released and records done
 (8 bytes each), an error flag, then the first error's text.
@@ -30,7 +32,7 @@ else:                                  # run as a script (no site, no package): 
     _spec.loader.exec_module(atomic)
 
 RECORD = struct.Struct("<BQQQHH")
-OP_WRITE, OP_LINK = 1, 2
+OP_WRITE, OP_LINK, OP_REMOVE = 1, 2, 3
 CONTROL = struct.Struct("<QQQ")        # released bytes, records done, error flag
 CONTROL_BYTES = 4096
 ERROR_AT = 64
@@ -44,6 +46,14 @@ def write(view: memoryview, path: str, mode: int) -> None:
 def link(source: str, path: str, mode: int) -> None:
     """``path`` as a hard link of ``source`` (:func:`dumpers.atomic.link_or_copy`)."""
     atomic.link_or_copy(source, path, mode=mode)
+
+
+def remove(path: str) -> None:
+    """``path`` removed (already gone: nothing to do)."""
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 def error_text(exc: OSError, path: str) -> bytes:
@@ -71,6 +81,8 @@ def serve(control_fd: int, arena_fd: int, size: int, mode: int) -> None:
                     write(view[offset:offset + nbytes], path, mode)
                 elif op == OP_LINK:
                     link(link_path, path, mode)
+                elif op == OP_REMOVE:
+                    remove(path)
             except OSError as exc:     # full disk, permissions: reported once, later files skipped
                 failed = True
                 text = error_text(exc, path)
