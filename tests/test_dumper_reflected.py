@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 
 import pytest
@@ -118,9 +119,9 @@ def _layout(value):
 
 
 # where our wrap lists differ from msprobe 26.2's on this model (docs/dump.md): msprobe lists Tensor.to and
-# Tensor.float (skipped by its default risk_level), not Tensor.__getitem__; msprobe sets dropout to p=0,
-# which leaves a p=0 dropout without a backward pass
-OURS_ONLY = ("Tensor.__getitem__.", "Functional.dropout.")
+# Tensor.float (skipped by its default risk_level); msprobe sets dropout to p=0, which leaves a p=0 dropout
+# without a backward pass
+OURS_ONLY = ("Functional.dropout.",)
 MSPROBE_ONLY = ("Tensor.to.", "Tensor.float.")
 
 
@@ -171,3 +172,21 @@ def test_gpt2_statistics_equal_msprobe_26_2s(gpt2):
             assert abs(a["Mean"] - b["Mean"]) <= 2 * eps * math.sqrt(n) * a["Norm"] + eps * abs(a["Mean"]), \
                 (key, path)
     assert compared == sum(len(list(_tensors(e))) for e in theirs.values()) > 900
+
+
+def test_python_operators_are_named_as_msprobe_26_2_names_them(tmp_path):
+    """``a // 2``, ``<``, ``<=``, ``!=``, ``**``, ``**=``, ``t[i] = v``, ``a[i]``, reflected and transparent operators:
+    the entry keys (forward and backward, in order) msprobe 26.2.0 writes for the same step."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).parent / "data" / "operator_names_msprobe_26_2"
+    ref = json.loads((here / "reference.json").read_text())
+    dump = tmp_path / "dump"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    res = subprocess.run([sys.executable, str(here / "ops.py"), "ours", str(dump)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    ours = list(json.loads((dump / "step0" / "rank" / "dump.json").read_text())["data"])
+    assert ours == ref["keys"]

@@ -35,10 +35,10 @@ multi_head_attention_forward scaled_dot_product_attention lp_pool3d dropout1d mi
 """)
 
 TENSOR = _names("""
-__add__ __and__ __bool__ __div__ __eq__ __ge__ __gt__ __getitem__ __iadd__ __iand__ __idiv__ __ifloordiv__
-__ilshift__ __imod__ __imul__ __ior__ __irshift__ __isub__ __ixor__ __lshift__ __matmul__ __mod__ __mul__
-__nonzero__ __or__ __radd__ __rmod__ __rmul__ __ror__ __rpow__ __rshift__ __rsub__ __rxor__ __setitem__ __sub__
-__truediv__ __xor__
+__add__ __and__ __bool__ __div__ __eq__ __floordiv__ __ge__ __gt__ __iadd__ __iand__ __idiv__ __ifloordiv__
+__ilshift__ __imod__ __imul__ __ior__ __ipow__ __irshift__ __isub__ __ixor__ __le__ __lshift__ __lt__ __matmul__
+__mod__ __mul__ __ne__ __nonzero__ __or__ __pow__ __radd__ __rmod__ __rmul__ __ror__ __rpow__ __rshift__
+__rsub__ __rxor__ __setitem__ __sub__ __truediv__ __xor__
 abs abs_ absolute absolute_ acos acos_ acosh acosh_ add add_ addbmm addbmm_ addcdiv addcdiv_ addcmul addcmul_
 addmm addmm_ addmv addmv_ addr addr_ align_as align_to all allclose amax amin angle any arccos arccos_ arccosh
 arccosh_ arcsin arcsin_ arcsinh arcsinh_ arctan arctan_ arctanh arctanh_ argmax argmin argsort asin asin_ asinh
@@ -174,5 +174,4 @@ REFLECTED_SLOTS = ("__radd__", "__rmul__", "__ror__", "__rxor__", "__rand__")
 # Python-level operator functions of ``torch.Tensor`` that msprobe does not wrap: msprobe records the APIs
 # their bodies call (``1 / x`` is ``Tensor.reciprocal`` then ``Tensor.__mul__``; ``7 // x`` is
 # ``Torch.floor_divide(7, x)``), so the dumper runs their bodies with capture on instead of recording them.
-TRANSPARENT_DUNDERS = ("__rdiv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__rlshift__", "__rrshift__",
-                       "__rmatmul__", "__ipow__")
+TRANSPARENT_DUNDERS = ("__rtruediv__", "__rfloordiv__", "__rlshift__", "__rrshift__", "__rmatmul__")
