@@ -3,7 +3,9 @@
 Each host is ``python -m pytest_msprobe.host_server 127.0.0.1:0`` started by the test in its own working
 directory and process group, with the package importable there through PYTHONPATH. A backend module
 (``-p hostplant``, on every host's PYTHONPATH) records which host and device slot ran each call, and on the
-host told so by its environment kills its whole server (the host) at its first call.
+host told so by its environment kills its whole server (the host) at its first call. msprobe's own bf16 dumps of
+GPT-2 and Llama (tests/data/msprobe_26_2_bf16) are checked across two hosts on the real CPU device, once on
+127.0.0.1 and once (where this machine lets the test make them) with each host in its own network namespace.
 """
 from __future__ import annotations
 
@@ -75,14 +77,15 @@ def pytest_collection_finish(session):
 
 
 class Host:
-    """One simulated host: a host server in its own directory and process group."""
+    """One simulated host: a host server in its own directory and process group (``prefix``: the command it
+    runs under, e.g. ``ip netns exec NS``; ``bind``: the address it listens on)."""
 
-    def __init__(self, directory: pathlib.Path, env: dict) -> None:
+    def __init__(self, directory: pathlib.Path, env: dict, bind: str = "127.0.0.1", prefix: tuple = ()) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.dir = directory
         self.log = directory / "server.log"
         with open(self.log, "w") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pytest_msprobe.host_server", "127.0.0.1:0"],
+            self.proc = subprocess.Popen([*prefix, sys.executable, "-m", "pytest_msprobe.host_server", f"{bind}:0"],
                                          cwd=directory, env=env, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         deadline = time.monotonic() + SERVER_START_S
@@ -96,7 +99,7 @@ class Host:
                 raise RuntimeError(f"host server did not start: {text}")
             else:
                 time.sleep(0.1)
-        self.address = f"127.0.0.1:{self.port}"
+        self.address = f"{bind}:{self.port}"
 
     def stop(self) -> None:
         try:
@@ -111,14 +114,14 @@ def start_host(tmp_path):
     """Factory of simulated hosts; every one (and every worker it started) is killed at the end."""
     started: list = []
 
-    def start(name: str, plugins: bool = True, **extra: str) -> Host:
+    def start(name: str, plugins: bool = True, bind: str = "127.0.0.1", prefix: tuple = (), **extra: str) -> Host:
         env = dict(os.environ)
         inherited = [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e and e != str(tmp_path / "plugins")]
         env["PYTHONPATH"] = os.pathsep.join(([str(tmp_path / "plugins")] if plugins else []) + [str(ROOT)]
                                             + inherited)
         env["PLANT_HOST"] = name
         env.update(extra)
-        host = Host(tmp_path / name, env)
+        host = Host(tmp_path / name, env, bind, prefix)
         started.append(host)
         return host
 
@@ -290,6 +293,147 @@ def test_host_lost_mid_run_leaves_whole_csvs_and_lf_completes(project, start_hos
     assert len(rows) == 15 and all(r.forward == "pass" for r in rows.values())
     names = [r[0] for r in details]
     assert len(names) == len(set(names)) and {acc_csv.api_of_output(n) for n in names} == set(rows)
+
+
+# --- msprobe-made bf16 dumps of real models ----------------------------------------------------------------
+BF16_MODELS = ("gpt2", "llama")
+NETNS_PREFIX = "10.213"          # 10.213.S.0/24 on the veth pairs of this test's own namespaces only
+
+
+@pytest.fixture
+def bf16_dumps(pytester, data_dir, monkeypatch):
+    """msprobe 26.2's tensor dumps of a bf16 training step of GPT-2 and Llama, the package importable."""
+    pytester.makeini("[pytest]\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    for model in BF16_MODELS:
+        shutil.copytree(data_dir / "msprobe_26_2_bf16" / model, pytester.path / "dumps" / model)
+    return pytester
+
+
+def _same_as_one_host(p, hosts_: list, *extra: str) -> str:
+    """Check the dumps on one host (in this process), then across ``hosts_`` (one worker each, on the real CPU
+    device): the same outcomes, every API once in the controller's one result CSV, the same details rows
+    with the same Status; no CSV on any host. Returns the distributed run's output."""
+    (p.path / "one").mkdir()
+    ref = p.runpytest("-p", "no:randomly", "--msprobe-api-info", "dumps", "--msprobe-out", "one")
+    outcomes = ref.parseoutcomes()
+    ref_rows, ref_details = _pair(p.path / "one")
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) + outcomes.get("skipped", 0) == len(ref_rows)
+    assert {n.rsplit("::", 1)[-1].split(".")[0] for n in ref_rows} >= {"Functional", "Tensor", "Torch"}
+    assert {n.split("::")[0] for n in ref_rows} == set(BF16_MODELS)
+    assert len(ref_rows) > 100 and len(set(_statuses(ref_details).values())) >= 2
+    (p.path / "two").mkdir()
+    tx = [arg for host in hosts_ for arg in ("--tx", f"socket={host.address}")]
+    res = p.runpytest_subprocess("-p", "no:randomly", "-v", "--msprobe-api-info", str(p.path / "dumps"),
+                                 "--msprobe-out", "two", *tx, "--dist", "load", *extra, timeout=RUN_S)
+    out = res.stdout.str()
+    assert res.ret == ref.ret, out[-3000:]
+    assert res.parseoutcomes() == outcomes
+    rows, details = _pair(p.path / "two")
+    assert list(rows) == list(ref_rows)                        # every API once, in dump order
+    assert {n: (r.forward, r.backward) for n, r in rows.items()} == \
+        {n: (r.forward, r.backward) for n, r in ref_rows.items()}
+    assert [r[0] for r in details] == [r[0] for r in ref_details]
+    assert _statuses(details) == _statuses(ref_details)
+    for i, host in enumerate(hosts_):                          # gw<i> is the worker of the i-th --tx
+        assert f"[gw{i}]" in out and host.log.read_text().count("connection from") == 1, out[-3000:]
+        assert not list(host.dir.rglob("accuracy_checking_*.csv"))
+    return out
+
+
+@pytest.mark.slow
+def test_msprobe_bf16_dumps_across_two_hosts_give_the_one_host_csv(bf16_dumps, start_host):
+    """GPT-2 and Llama, dumped by msprobe itself in bf16, on the dump's shared path on both hosts."""
+    _same_as_one_host(bf16_dumps, [start_host("A", plugins=False), start_host("B", plugins=False)])
+
+
+CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
+
+
+def netns_missing() -> str | None:
+    """What this machine lacks for the test to make network namespaces (None: nothing)."""
+    if not sys.platform.startswith("linux"):
+        return f"network namespaces are Linux's (this is {sys.platform})"
+    if shutil.which("ip") is None:
+        return "the 'ip' command (iproute2) is not installed"
+    try:
+        status = pathlib.Path("/proc/self/status").read_text()
+        caps = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("CapEff:")), 16)
+    except (OSError, StopIteration, ValueError) as exc:
+        return f"cannot read this process's capabilities from /proc/self/status: {exc}"
+    lacking = [name for name, bit in (("CAP_NET_ADMIN", CAP_NET_ADMIN), ("CAP_SYS_ADMIN", CAP_SYS_ADMIN))
+               if not caps >> bit & 1]
+    if lacking:
+        return (f"'ip netns add' and 'ip link add type veth' need {' and '.join(lacking)}, which this process "
+                f"(uid {os.geteuid()}) lacks")
+    return None
+
+
+class NetNamespaces:
+    """One network namespace per simulated host, each joined to this namespace by a veth pair: host i is
+    at 10.213.S.(4i+2)/30 in its namespace, this namespace's end at 10.213.S.(4i+1)."""
+
+    def __init__(self, count: int) -> None:
+        tag = os.getpid() % 10_000_000
+        self.names = [f"msprobe-{tag}-{i}" for i in range(count)]
+        self.links = [f"msp{tag}o{i}" for i in range(count)]
+        used = subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
+        subnet = next(s for s in [(tag + k) % 256 for k in range(256)] if f" {NETNS_PREFIX}.{s}." not in used)
+        self.addresses = [f"{NETNS_PREFIX}.{subnet}.{4 * i + 2}" for i in range(count)]
+        self.peers = [f"{NETNS_PREFIX}.{subnet}.{4 * i + 1}" for i in range(count)]
+        self.made: list = []
+
+    def create(self) -> None:
+        """Make the namespaces; pytest.skip naming the command that is not permitted here."""
+        for name, link, address, peer in zip(self.names, self.links, self.addresses, self.peers):
+            inner = f"{link[:-2]}i{link[-1]}"
+            steps = [["ip", "netns", "add", name], ["ip", "link", "add", link, "type", "veth", "peer", "name", inner],
+                     ["ip", "link", "set", inner, "netns", name], ["ip", "addr", "add", f"{peer}/30", "dev", link],
+                     ["ip", "link", "set", link, "up"],
+                     ["ip", "netns", "exec", name, "ip", "addr", "add", f"{address}/30", "dev", inner],
+                     ["ip", "netns", "exec", name, "ip", "link", "set", inner, "up"],
+                     ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"]]
+            for step in steps:
+                done = subprocess.run(step, capture_output=True, text=True, timeout=30)
+                if step[:3] == ["ip", "netns", "add"] and done.returncode == 0:
+                    self.made.append(name)
+                if done.returncode != 0:
+                    pytest.skip(f"'{' '.join(step)}' is not permitted here: {done.stderr.strip()}")
+
+    def remove(self) -> None:
+        """Delete the namespaces made (their veth ends go with them, and so the peers here)."""
+        for name in self.made:
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=30)
+        for link in self.links:
+            subprocess.run(["ip", "link", "delete", link], capture_output=True, timeout=30)
+        self.made = []
+
+
+@pytest.mark.slow
+def test_msprobe_bf16_dumps_across_two_hosts_in_their_own_network_namespaces(bf16_dumps, start_host, tmp_path):
+    """Each host's server in its own network namespace, reached only at that namespace's address (no
+    loopback shared with the controller); host B reads its own copy of the dumps (--msprobe-host-path)."""
+    missing = netns_missing()
+    if missing:
+        pytest.skip(missing)
+    p = bf16_dumps
+    host_b_dumps = tmp_path / "B-storage" / "dumps"
+    shutil.copytree(p.path / "dumps", host_b_dumps)
+    spaces = NetNamespaces(2)
+    started: list = []
+    try:
+        spaces.create()
+        for label, address, name in zip("AB", spaces.addresses, spaces.names):
+            started.append(start_host(label, plugins=False, bind=address, prefix=("ip", "netns", "exec", name)))
+        _same_as_one_host(p, started, "--msprobe-host-path", f"{started[1].address}:{p.path / 'dumps'}={host_b_dumps}")
+        for host, peer in zip(started, spaces.peers):       # the controller came over the veth pair
+            assert f"connection from {peer}:" in host.log.read_text()
+    finally:
+        for host in started:
+            host.stop()                                    # before its namespace goes
+        spaces.remove()
+    assert not set(spaces.names) & set(subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                      text=True).stdout.split())
 
 
 def test_a_host_that_cannot_start_is_one_usage_error(project, start_host):
