@@ -22,6 +22,19 @@ compiled statistics loop, at a load average of 13-18: first statistics step 14.2
 (3.8x), tensor steady 5.9x (4.7x); now, at a load average of 4: first 1.88x (1.83x), steady 1.71x
 (1.80x), tensor steady 3.00x (2.66x) (bare step 231 ms, first bare step 310 ms).
 
+Checker figures, one worker, on the bf16 tensor dump of one step (401 entries, 1008 MB), CPU time of the whole
+run (user + sys, the wall time on this shared machine was 3-5x that) with the bytecode cache on: 14.0 s and 11.6 s
+before the tensor files were read once and the metric pass lost its unused work, 11.1 s and 9.7 s after, at a load
+average of 6-7.5 (the same CSV bytes). On a quiet machine (load 1.2) the run took 12.1 s wall with one worker and
+15.0 s with ``-n 2`` before. Where one worker's CPU time goes (about 10 s): start-up to the first item 2 s
+(``import torch`` 1.5 s), the metric pass 2.3 s (205 M elements, numpy), the bench side 1.3 s, reading the
+tensor files 0.9 s (0.7 s after), the device side 0.4 s, pytest's own per-item work 0.5 s, and 1 s after the
+last item (pytest's final garbage collections, interpreter teardown). With ``-n 2`` the controller and both
+workers each pay the start-up, and the controller waits for the workers' interpreter teardown.
+
+The bytecode cache matters: with ``PYTHONDONTWRITEBYTECODE`` set every run compiles and assertion-rewrites the
+plugin's modules again (about 4 s of CPU time on this machine); the figures above are with the cache on.
+
     python benchmarks/real_workload.py [--workdir DIR] [--steps 6] [--runs 2] [--skip-huge]
 """
 from __future__ import annotations

@@ -22,8 +22,10 @@ def load_tensor_file(tensor_dir: str, item: dict, *, max_bytes: int, where: str 
     directory and pickled record of a ``.pt``, the header of a ``.npy``) gives its dtype, shape and the
     bytes loading it allocates; a file whose data is over ``max_bytes``, whose metadata disagrees with the
     file or with dump.json's shape and dtype, or whose storage is larger than its tensor, is refused
-    without reading its data. Then ``.pt`` files load with ``torch.load(weights_only=True,
-    map_location="cpu")``, ``.npy`` files with ``numpy.load(allow_pickle=False)``; anything else is refused.
+    without reading its data. Then a ``.pt`` file's storage is read from the offset its metadata gave straight
+    into the tensor's memory (one read of the data, nothing unpickled twice), or, where the metadata leaves that
+    open (big-endian data, a record with hooks), loads with ``torch.load(weights_only=True,
+    map_location="cpu")``; ``.npy`` files load with ``numpy.load(allow_pickle=False)``; anything else is refused.
 
     Raises:
         TensorFileError: with a message naming the file and what to do.
@@ -46,8 +48,9 @@ def load_tensor_file(tensor_dir: str, item: dict, *, max_bytes: int, where: str 
                               "bytes; raise --msprobe-max-bytes if the machine has the memory")
     if not path.endswith((".pt", ".npy")):
         raise TensorFileError(f"{label}The file: {path} is not a pt or numpy file.")
-    _check_meta(path, item, max_bytes, label)
-    if path.endswith(".pt"):
+    meta = _check_meta(path, item, max_bytes, label)
+    tensor = _read_storage(path, meta, torch) if path.endswith(".pt") else None
+    if tensor is None and path.endswith(".pt"):
         try:
             tensor = torch.load(path, weights_only=True, map_location="cpu")
         except Exception as exc:  # noqa: BLE001 - a hostile file may raise anything; all mean 'refused'
@@ -56,7 +59,7 @@ def load_tensor_file(tensor_dir: str, item: dict, *, max_bytes: int, where: str 
                 f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}). A file holding pickled objects can "
                 "run code when loaded; do not load it with weights_only=False unless you trust its origin"
             ) from None
-    elif path.endswith(".npy"):
+    elif tensor is None and path.endswith(".npy"):
         try:
             array = np.load(path, allow_pickle=False)
         except Exception as exc:  # noqa: BLE001 - a hostile file may raise anything; all mean 'refused'
@@ -65,7 +68,7 @@ def load_tensor_file(tensor_dir: str, item: dict, *, max_bytes: int, where: str 
         if not isinstance(array, np.ndarray):
             raise TensorFileError(f"{label}{path} was refused: it is an archive, not one .npy array")
         tensor = torch.from_numpy(np.require(array, requirements="C"))
-    else:
+    elif tensor is None:
         raise TensorFileError(f"{label}The file: {path} is not a pt or numpy file.")
     if not isinstance(tensor, torch.Tensor):
         raise TensorFileError(f"{label}{path} holds a {type(tensor).__name__}, not a tensor")
@@ -83,7 +86,30 @@ def load_tensor_file(tensor_dir: str, item: dict, *, max_bytes: int, where: str 
     return tensor
 
 
-def _check_meta(path: str, item: dict, max_bytes: int, label: str) -> None:
+def _read_storage(path: str, meta: Any, torch: Any) -> Any:
+    """The tensor of a ``.pt`` file whose metadata checked out, its storage read straight from the file into the
+    tensor's memory (what ``torch.load`` builds, without a second parse of the file); None when the file must go
+    through ``torch.load`` (big-endian data, a record with hooks or metadata) or changed since it was checked."""
+    if meta.data_offset is None:
+        return None
+    dtype = getattr(torch, meta.dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        return None
+    storage = torch.empty(meta.data_bytes // torch.empty((), dtype=dtype).element_size(), dtype=dtype)
+    raw = storage.view(torch.uint8).numpy() if meta.data_bytes else None
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size < meta.data_offset + meta.data_bytes:
+            return None
+        fh.seek(meta.data_offset)
+        if raw is not None and fh.readinto(memoryview(raw)) != meta.data_bytes:
+            return None
+    tensor = storage.as_strided(meta.shape, meta.stride, meta.storage_offset)
+    if meta.requires_grad:
+        tensor.requires_grad_(True)
+    return tensor
+
+
+def _check_meta(path: str, item: dict, max_bytes: int, label: str) -> Any:
     """Refuse the file from its metadata alone: over budget, lying about its size, or not this entry's tensor."""
     try:
         meta = read_meta(path)
@@ -106,3 +132,4 @@ def _check_meta(path: str, item: dict, max_bytes: int, label: str) -> None:
     if wanted and path.endswith(".pt") and meta.dtype != wanted:
         raise TensorFileError(f"{label}{path} holds torch.{meta.dtype} but dump.json records "
                               f"{item.get('dtype')}; the file does not belong to this entry")
+    return meta

@@ -26,10 +26,11 @@ import os
 import pickle
 import struct
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 PICKLE_LIMIT = 1 << 20          # a tensor's data.pkl is a few hundred bytes; more is not a plain tensor file
+LEGACY_HEAD = 1 << 12           # what is read first of a legacy file: its records, and the start of its data
 CENTRAL_DIRECTORY_LIMIT = 1 << 20
 MAX_ENTRIES = 64                # torch writes about seven entries per file
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
@@ -56,6 +57,12 @@ class TensorMeta:
     shape: tuple
     data_bytes: int              # the storage (or array) the loader allocates
     tensor_bytes: int            # elements of ``shape`` times the element size
+    # where a ``.pt`` file's storage bytes start (little-endian, stored as written), with the tensor's strides and
+    # offset on that storage; None when the file must go through ``torch.load``
+    data_offset: int | None = field(default=None, compare=False)
+    stride: tuple = field(default=(), compare=False)
+    storage_offset: int = field(default=0, compare=False)
+    requires_grad: bool = field(default=False, compare=False)
 
     @property
     def elements(self) -> int:
@@ -83,7 +90,7 @@ class _Storage:
 
 class _Tensor:
     def __init__(self, storage: Any, offset: Any, size: Any, stride: Any, *rest: Any) -> None:
-        self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
+        self.storage, self.offset, self.size, self.stride, self.rest = storage, offset, size, stride, rest
 
 
 def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *rest: Any) -> _Tensor:
@@ -142,7 +149,7 @@ def _unpickle(raw: Any, what: str) -> tuple:
     return obj, obj.storage
 
 
-def _meta_of(tensor: _Tensor, storage: _Storage) -> TensorMeta:
+def _meta_of(tensor: _Tensor, storage: _Storage, data_offset: int | None = None) -> TensorMeta:
     size, stride, offset = tensor.size, tensor.stride, tensor.offset
     if not (isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride)
             and all(map(_is_count, size)) and all(map(_is_count, stride)) and _is_count(offset)):
@@ -154,7 +161,19 @@ def _meta_of(tensor: _Tensor, storage: _Storage) -> TensorMeta:
         if span > storage.numel:
             raise TensorMetaError(f"its tensor of shape {list(size)} reaches element {span} of a storage of "
                                   f"{storage.numel}: the file lies about its size")
-    return TensorMeta(storage.dtype, tuple(size), storage.numel * storage.itemsize, elements * storage.itemsize)
+    plain = _plain_rest(tensor.rest)
+    return TensorMeta(storage.dtype, tuple(size), storage.numel * storage.itemsize, elements * storage.itemsize,
+                      data_offset if plain is not None else None, tuple(stride), offset, bool(plain))
+
+
+def _plain_rest(rest: tuple) -> bool | None:
+    """``requires_grad`` of a tensor record whose other rebuild arguments are empty (no hooks, no metadata),
+    else None: only such a record is rebuilt here without ``torch.load``."""
+    if not rest or type(rest[0]) is not bool:
+        return None
+    if any(extra for extra in rest[1:]):
+        return None
+    return rest[0]
 
 
 # --- .pt, zip format -------------------------------------------------------------------------------------------
@@ -231,18 +250,48 @@ def _zip_meta(path: str, file_size: int) -> TensorMeta:
                 raise TensorMetaError(f"its storage entry {entry} holds {sizes[entry]} bytes but data.pkl declares "
                                       f"{storage.numel} {storage.dtype} elements ({storage.numel * storage.itemsize}"
                                       " bytes): the file lies about its size")
-    return _meta_of(tensor, storage)
+            data_offset = _payload_offset(fh, archive, f"{prefix}byteorder", archive.getinfo(entry), file_size)
+    return _meta_of(tensor, storage, data_offset)
+
+
+_LOCAL_HEADER = struct.Struct("<4s5H3L2H")
+
+
+def _payload_offset(fh: Any, archive: Any, byteorder: str, info: Any, file_size: int) -> int | None:
+    """Where a stored entry's bytes start in the file, when they are little-endian; None when unsure."""
+    if byteorder in archive.namelist():
+        order = archive.getinfo(byteorder)
+        if order.file_size > 16 or archive.read(order) != b"little":
+            return None
+    fh.seek(info.header_offset)
+    head = fh.read(_LOCAL_HEADER.size)
+    if len(head) != _LOCAL_HEADER.size or head[:4] != b"PK\x03\x04":
+        return None
+    name_len, extra_len = _LOCAL_HEADER.unpack(head)[-2:]
+    start = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
+    return start if start + info.file_size <= file_size else None
 
 
 # --- .pt, legacy format ----------------------------------------------------------------------------------------
 
 def _legacy_meta(path: str, file_size: int) -> TensorMeta:
     with open(path, "rb") as fh:
-        head = io.BytesIO(fh.read(min(file_size, PICKLE_LIMIT)))
+        first = fh.read(min(file_size, LEGACY_HEAD))
+        if len(first) < LEGACY_HEAD:
+            return _legacy_head(io.BytesIO(first), file_size)
+        try:                                      # the records are a few hundred bytes: read more only when needed
+            return _legacy_head(io.BytesIO(first), file_size)
+        except TensorMetaError:
+            pass
+        fh.seek(0)
+        return _legacy_head(io.BytesIO(fh.read(min(file_size, PICKLE_LIMIT))), file_size)
+
+
+def _legacy_head(head: Any, file_size: int) -> TensorMeta:
     try:
         magic = _MetaUnpickler(head, {}).load()
         protocol = _MetaUnpickler(head, {}).load()
-        _MetaUnpickler(head, {}).load()                           # sys_info: a dict of plain values
+        sys_info = _MetaUnpickler(head, {}).load()                # a dict of plain values
     except Exception as exc:  # noqa: BLE001 - a hostile file may raise anything
         raise TensorMetaError(f"its header is not torch.save's ({type(exc).__name__})") from None
     if magic != LEGACY_MAGIC or protocol != LEGACY_PROTOCOL:
@@ -261,10 +310,12 @@ def _legacy_meta(path: str, file_size: int) -> TensorMeta:
     if numel != storage.numel:
         raise TensorMetaError(f"its data declares {numel} elements but the tensor record {storage.numel}: the file "
                               "lies about its size")
-    end = head.tell() + numel * storage.itemsize
+    start = head.tell()
+    end = start + numel * storage.itemsize
     if end != file_size:
         raise TensorMetaError(f"it is {file_size} bytes but its metadata makes it {end}: the file lies about its size")
-    return _meta_of(tensor, storage)
+    little = isinstance(sys_info, dict) and sys_info.get("little_endian") is True
+    return _meta_of(tensor, storage, start if little else None)
 
 
 # --- .npy ------------------------------------------------------------------------------------------------------
