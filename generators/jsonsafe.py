@@ -6,10 +6,12 @@ parsed (:func:`loads` of its span) only when it is needed.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import re
+from collections.abc import Iterator
 from typing import Any, Callable
 
 DEFAULT_MAX_JSON_BYTES = 2 * 1024 ** 3   # a dump.json above 2 GiB is refused as a whole
@@ -130,12 +132,21 @@ def scan_object(text: str, pos: int, *, inner: str | None = None,
     None when the text is not valid JSON there, whatever the reason: the caller then parses it with
     :func:`loads`, whose error says what is wrong.
     """
+    with paused_gc():             # JSON values hold no cycles: collecting while millions are made is waste
+        try:
+            return _at_depth(_HEADROOM, lambda: _members(text, pos, inner, visit))
+        except (ValueError, RecursionError, IndexError):     # JSONDecodeError is a ValueError
+            return None
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """No automatic garbage collection inside (restored after): for code that makes many long-lived objects
+    and no reference cycles, where each automatic pass would walk all of them again."""
     enabled = gc.isenabled()
-    gc.disable()                  # JSON values hold no cycles: collecting while millions are made is waste
+    gc.disable()
     try:
-        return _at_depth(_HEADROOM, lambda: _members(text, pos, inner, visit))
-    except (ValueError, RecursionError, IndexError):     # JSONDecodeError is a ValueError
-        return None
+        yield
     finally:
         if enabled:
             gc.enable()

@@ -211,8 +211,16 @@ def _infer_framework(doc: dict, data: dict) -> str:
     return "pytorch"
 
 
+# ``Prefix.api.index.direction`` (the API name may hold dots); Module/Cell/Jit keys take fmt.parse_entry_key's way
+_API_KEY = re.compile(r"([^.]*)\.(.*)\.(0|[1-9][0-9]*)\.(forward|backward)\Z", re.DOTALL)
+_NOT_PLAIN = frozenset((*fmt.MODULE_PREFIXES, "Jit"))
+
+
 class _Call:
     """Collects the entries of one API call while the data object is scanned."""
+
+    __slots__ = ("name", "prefix", "api", "index", "forward", "backward", "has_forward", "has_backward",
+                 "problems")
 
     def __init__(self, name: str, prefix: str, api: str, index: int) -> None:
         self.name, self.prefix, self.api, self.index = name, prefix, api, index
@@ -287,7 +295,8 @@ def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -
         text = jsonsafe.read_text(path, max_bytes=max_json_bytes)
     except jsonsafe.JSONFileError as exc:
         raise DumpError(str(exc)) from None
-    lean = _load_lean(path, text)
+    with jsonsafe.paused_gc():
+        lean = _load_lean(path, text)
     if lean is not None:
         return lean
     try:
@@ -350,33 +359,41 @@ def _group_calls(path: str, pairs: list, duplicated: set) -> tuple:
     raw_names: dict = {}          # printable call name -> the call name as written in the dump
     excluded: list = []
     for key, entry in pairs:
-        try:
-            parsed = fmt.parse_entry_key(key)
-        except ValueError as exc:
-            name = printable_name(key) or "(empty entry key)"
-            call = calls.setdefault(name, _Call(name, key.split(".")[0], "", -1))
-            call.problems.append(f"{exc}; the entry is not an API call this tool knows how to replay")
-            call.has_forward = True
-            continue
-        if parsed.kind in fmt.MODULE_KINDS:
-            excluded.append(key)
-            continue
-        name = printable_name(parsed.api_call)
+        plain = _API_KEY.match(key)
+        if plain is not None and plain.group(1) not in _NOT_PLAIN:
+            # the common form, read as fmt.parse_entry_key reads it: an API call's forward or backward entry
+            kind, (prefix, api, index, direction) = fmt.KIND_API, plain.groups()
+            call_name, index = key[:plain.start(4) - 1], int(index)
+        else:
+            try:
+                parsed = fmt.parse_entry_key(key)
+            except ValueError as exc:
+                name = printable_name(key) or "(empty entry key)"
+                call = calls.setdefault(name, _Call(name, key.split(".")[0], "", -1))
+                call.problems.append(f"{exc}; the entry is not an API call this tool knows how to replay")
+                call.has_forward = True
+                continue
+            if parsed.kind in fmt.MODULE_KINDS:
+                excluded.append(key)
+                continue
+            kind, prefix, api, direction, call_name = (parsed.kind, parsed.prefix, parsed.api, parsed.direction,
+                                                       parsed.api_call)
+            index = parsed.index if parsed.index is not None else -1
+        name = printable_name(call_name)
         call = calls.get(name)
         if call is None:
-            call = calls[name] = _Call(name, parsed.prefix, parsed.api,
-                                       parsed.index if parsed.index is not None else -1)
-            raw_names[name] = parsed.api_call
-        elif raw_names.get(name) != parsed.api_call:
-            call.problems.append(f"entries {raw_names.get(name)!r} and {parsed.api_call!r} both print as "
+            call = calls[name] = _Call(name, prefix, api, index)
+            raw_names[name] = call_name
+        elif raw_names.get(name) != call_name:
+            call.problems.append(f"entries {raw_names.get(name)!r} and {call_name!r} both print as "
                                  f"{name!r}; the call is ambiguous: rename one of them")
-        if parsed.kind == fmt.KIND_JIT:
+        if kind == fmt.KIND_JIT:
             call.problems.append(f"{key}: a Jit entry is a whole jitted function, which cannot be replayed "
                                  "as one API call")
         if key in duplicated:
             call.problems.append(f"entry {key!r} appears more than once in {path}; the entry is ambiguous: "
                                  "remove the duplicate")
-        if parsed.direction == fmt.BACKWARD:
+        if direction == fmt.BACKWARD:
             call.backward, call.has_backward = entry, True
         else:
             call.forward, call.has_forward = entry, True
@@ -416,11 +433,12 @@ def load_dump(paths: str | os.PathLike | Sequence, *,
     """
     files = find_dump_files(paths)
     loaded = [load_dump_file(f, max_json_bytes=max_json_bytes) for f in files]
-    seen: dict = {}
-    for i, (cases, _) in enumerate(loaded):
-        for case in cases:
-            seen.setdefault(case.name, set()).add(i)
-    clash = any(len(owners) > 1 for owners in seen.values())
+    clash = False
+    if len(loaded) > 1:
+        first: dict = {}            # call name -> the first file that has it
+        for i, (cases, _) in enumerate(loaded):
+            for case in cases:
+                clash = clash or first.setdefault(case.name, i) != i
     labels = _labels(files)
     out: list = []
     excluded: list = []
