@@ -1,9 +1,18 @@
-"""Reading a dump's JSON files as untrusted input: size limit, duplicate keys, NaN/Infinity literals."""
+"""Reading a dump's JSON files as untrusted input: size limit, duplicate keys, NaN/Infinity literals.
+
+:func:`load_file` parses a whole file. :func:`scan_object` is the lean way through a large dump.json: it checks
+the text as :func:`loads` would, but keeps only where each member of one object lies, so that a member is
+parsed (:func:`loads` of its span) only when it is needed.
+"""
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
-from typing import Any
+import re
+from collections.abc import Iterator
+from typing import Any, Callable
 
 DEFAULT_MAX_JSON_BYTES = 2 * 1024 ** 3   # a dump.json above 2 GiB is refused as a whole
 
@@ -68,6 +77,15 @@ def load_file(path: str, *, max_bytes: int = DEFAULT_MAX_JSON_BYTES) -> Any:
     Raises:
         JSONFileError: unreadable, too large, not UTF-8 or not valid JSON; the message names ``path``.
     """
+    return loads(read_text(path, max_bytes=max_bytes), what=path)
+
+
+def read_text(path: str, *, max_bytes: int = DEFAULT_MAX_JSON_BYTES) -> str:
+    """The text of one JSON file, refusing files above ``max_bytes`` before reading them.
+
+    Raises:
+        JSONFileError: unreadable, too large, grown while read or not UTF-8; the message names ``path``.
+    """
     try:
         size = os.stat(path).st_size
     except OSError as exc:
@@ -91,4 +109,94 @@ def load_file(path: str, *, max_bytes: int = DEFAULT_MAX_JSON_BYTES) -> Any:
         raise JSONFileError(f"{path} is not UTF-8 text (bad byte at offset {exc.start}); "
                             "it is not a dump.json") from None
     del raw
-    return loads(text, what=path)
+    return text
+
+
+_WS = re.compile(r"[ \t\n\r]*")            # JSON's whitespace, as json's own scanner skips it
+_COLON = re.compile(r"[ \t\n\r]*:[ \t\n\r]*")
+_AFTER = re.compile(r"[ \t\n\r]*(?:(\})|,[ \t\n\r]*)")   # after a member: the object's end, or the next one
+_PLAIN = json.JSONDecoder()                   # no hook: checks and measures a value, which is then dropped
+_HEADROOM = 100     # frames above the scan: a value it accepts also parses in the deeper stack of a test
+
+
+def scan_object(text: str, pos: int, *, inner: str | None = None,
+                visit: Callable[[str, int, int, Any], Any] | None = None) -> tuple | None:
+    """Where the members of the JSON object at ``text[pos]`` lie, checked as :func:`loads` would check them.
+
+    Returns ``(members, end, inner_members)``: ``members`` is ``[(key, start, end)]`` in order, repeated keys
+    included (``text[start:end]`` is the value), ``end`` the index after the object. The object value of the
+    member named ``inner`` is scanned the same way (its members, the last such member's, are
+    ``inner_members``; else that is None), and each of them is handed to ``visit(key, start, end, value)``.
+    Every other value is parsed once by json's C scanner (the check) and dropped, so memory stays low.
+
+    None when the text is not valid JSON there, whatever the reason: the caller then parses it with
+    :func:`loads`, whose error says what is wrong.
+    """
+    with paused_gc():             # JSON values hold no cycles: collecting while millions are made is waste
+        try:
+            return _at_depth(_HEADROOM, lambda: _members(text, pos, inner, visit))
+        except (ValueError, RecursionError, IndexError):     # JSONDecodeError is a ValueError
+            return None
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """No automatic garbage collection inside (restored after): for code that makes many long-lived objects
+    and no reference cycles, where each automatic pass would walk all of them again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _at_depth(frames: int, fn: Callable[[], Any]) -> Any:
+    return fn() if frames <= 0 else _at_depth(frames - 1, fn)
+
+
+def _members(text: str, pos: int, inner: str | None, visit: Callable | None) -> tuple | None:
+    key_at, value_at, colon, after = json.decoder.scanstring, _PLAIN.raw_decode, _COLON.match, _AFTER.match
+    if text[pos] != "{":
+        return None
+    out: list = []
+    nested = None
+    i = _WS.match(text, pos + 1).end()
+    if text[i] == "}":
+        return out, i + 1, nested
+    while True:
+        if text[i] != '"':
+            return None
+        key, i = key_at(text, i + 1, True)
+        sep = colon(text, i)
+        if sep is None:
+            return None
+        start = sep.end()
+        if key == inner and text[start] == "{":
+            found = _members(text, start, None, visit)
+            if found is None:
+                return None
+            nested, end = found[0], found[1]
+        else:
+            value, end = value_at(text, start)
+            if visit is not None and inner is None:
+                visit(key, start, end, value)
+            del value
+        out.append((key, start, end))
+        sep = after(text, end)
+        if sep is None:
+            return None
+        if sep.group(1):
+            return out, sep.end(), nested
+        i = sep.end()
+
+
+def skip_space(text: str, pos: int) -> int:
+    """The index of the first character at or after ``pos`` that is not JSON whitespace."""
+    return _WS.match(text, pos).end()
+
+
+def at_end(text: str, pos: int) -> bool:
+    """Whether only whitespace follows ``pos`` (json refuses anything else after the document)."""
+    return _WS.match(text, pos).end() == len(text)

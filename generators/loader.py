@@ -70,9 +70,70 @@ class DumpSet:
         return {case.name: case for case in self.cases}
 
 
+_SPACE = re.compile(r"\s")     # the characters str.isspace() calls whitespace
+
+
+class _Text:
+    """The text of one dump.json, which the lazy cases parse their entries from."""
+
+    __slots__ = ("text", "path")
+
+    def __init__(self, text: str, path: str) -> None:
+        self.text, self.path = text, path
+
+    def entry(self, span: tuple) -> Any:
+        start, end = span
+        return jsonsafe.loads(self.text[start:end], what=self.path)
+
+
+_LAZY = ("forward", "backward", "problem", "has_tensor_files")
+
+
+class _LazyCase(ApiCase):
+    """An :class:`ApiCase` whose entries are parsed, and checked, when it is first asked for one of them or
+    for its problem; the outcome is the one :func:`_finish` gives on the parsed entries."""
+
+    def __init__(self, call: Any, framework: str, dump_json: str, tensor_dir: str | None,
+                 dir_problem: str | None, text: _Text) -> None:
+        self.name, self.prefix, self.api, self.index = call.name, call.prefix, call.api, call.index
+        self.framework, self.dump_json, self.tensor_dir = framework, dump_json, tensor_dir
+        self.tensor_dir_problem = dir_problem if tensor_dir is None else None
+        self.source = ""
+        self._call: Any = call         # entries as spans of the text until resolved
+        self._text: Any = text
+        self._dir_problem = dir_problem
+        self._parts: dict | None = None
+
+    def _resolved(self) -> dict:
+        if self._parts is None:
+            lazy, text = self._call, self._text
+            call = _Call(lazy.name, lazy.prefix, lazy.api, lazy.index)
+            call.problems, call.has_forward, call.has_backward = lazy.problems, lazy.has_forward, lazy.has_backward
+            call.forward = text.entry(lazy.forward) if lazy.has_forward and lazy.forward is not None else None
+            call.backward = text.entry(lazy.backward) if lazy.has_backward else None
+            case = _finish(call, self.framework, self.dump_json, self.tensor_dir, self._dir_problem)
+            self._parts = {name: getattr(case, name) for name in _LAZY}
+            self._call = self._text = None        # the text goes once every case has its entries
+        return self._parts
+
+
+def _lazy_field(name: str) -> property:
+    def get(self: _LazyCase) -> Any:
+        return self._resolved()[name]
+
+    def set_(self: _LazyCase, value: Any) -> None:
+        self._resolved()[name] = value
+
+    return property(get, set_, doc=f"The case's ``{name}`` (resolved on first use).")
+
+
+for _name in _LAZY:
+    setattr(_LazyCase, _name, _lazy_field(_name))
+
+
 def printable_name(name: str) -> str:
     """A call name safe for node ids, terminals and CSV cells: whitespace and control characters escaped."""
-    if name.isprintable() and not any(ch.isspace() for ch in name):
+    if name.isprintable() and not _SPACE.search(name):
         return name
     return "".join(ch if ch.isprintable() and not ch.isspace() else ch.encode("unicode_escape").decode("ascii")
                    .replace(" ", "\\x20") for ch in name)
@@ -150,8 +211,16 @@ def _infer_framework(doc: dict, data: dict) -> str:
     return "pytorch"
 
 
+# ``Prefix.api.index.direction`` (the API name may hold dots); Module/Cell/Jit keys take fmt.parse_entry_key's way
+_API_KEY = re.compile(r"([^.]*)\.(.*)\.(0|[1-9][0-9]*)\.(forward|backward)\Z", re.DOTALL)
+_NOT_PLAIN = frozenset((*fmt.MODULE_PREFIXES, "Jit"))
+
+
 class _Call:
     """Collects the entries of one API call while the data object is scanned."""
+
+    __slots__ = ("name", "prefix", "api", "index", "forward", "backward", "has_forward", "has_backward",
+                 "problems")
 
     def __init__(self, name: str, prefix: str, api: str, index: int) -> None:
         self.name, self.prefix, self.api, self.index = name, prefix, api, index
@@ -215,13 +284,26 @@ def _finish(call: _Call, framework: str, dump_json: str, tensor_dir: str | None,
 def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -> tuple:
     """Cases and excluded keys of one dump.json.
 
+    The text is checked as a whole here, but an entry is parsed, and checked, only when its case is first
+    asked for its entries or its problem (see :class:`_LazyCase`); a dump that is not plain, valid JSON with
+    distinct keys is parsed as a whole at once instead, with the same outcome.
+
     Raises:
         DumpError: unreadable, too large, not JSON, not an object with a ``data`` object.
     """
     try:
-        doc = jsonsafe.load_file(path, max_bytes=max_json_bytes)
+        text = jsonsafe.read_text(path, max_bytes=max_json_bytes)
     except jsonsafe.JSONFileError as exc:
         raise DumpError(str(exc)) from None
+    with jsonsafe.paused_gc():
+        lean = _load_lean(path, text)
+    if lean is not None:
+        return lean
+    try:
+        doc = jsonsafe.loads(text, what=path)
+    except jsonsafe.JSONFileError as exc:
+        raise DumpError(str(exc)) from None
+    del text
     if not isinstance(doc, dict):
         raise DumpError(f"{path}: the top level must be an object with keys "
                         f"{', '.join(fmt.TOP_LEVEL_KEYS)}; this is not a dump.json")
@@ -236,43 +318,86 @@ def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -
     framework = _infer_framework(doc, data)
     tensor_dir, dir_problem = resolve_tensor_dir(path, doc.get("dump_data_dir"))
     pairs = data.pairs if isinstance(data, jsonsafe.DuplicateKeyDict) else list(data.items())
-    duplicated = set(getattr(data, "duplicates", ()))
+    calls, excluded = _group_calls(path, pairs, set(getattr(data, "duplicates", ())))
+    cases = [_finish(call, framework, path, tensor_dir, dir_problem) for call in calls]
+    return cases, excluded
+
+
+def _load_lean(path: str, text: str) -> tuple | None:
+    """:func:`load_dump_file` for a plain dump (valid JSON, no repeated key at the top or in ``data``): the
+    cases keep where their entries lie in ``text``; None for any other text."""
+    found: list = []           # the first tensor item's framework, for a dump that does not declare one
+
+    def visit(key: str, start: int, end: int, entry: Any) -> None:
+        if not found and isinstance(entry, dict):
+            for value in entry.values():
+                for _, item in entries.iter_tensor_items(value):
+                    found.append("mindspore" if item.get("type") == fmt.MINDSPORE_TENSOR_TYPE else "pytorch")
+                    return
+
+    scanned = jsonsafe.scan_object(text, jsonsafe.skip_space(text, 0), inner="data", visit=visit)
+    if scanned is None or not jsonsafe.at_end(text, scanned[1]) or scanned[2] is None:
+        return None
+    members, _, data = scanned
+    keys = [key for key, _, _ in members]
+    if len(set(keys)) != len(keys) or len({key for key, _, _ in data}) != len(data):
+        return None
+    top = {key: jsonsafe.loads(text[start:end]) for key, start, end in members if key != "data"}
+    declared = top.get("framework")
+    framework = declared if declared in FRAMEWORKS else (found[0] if found else "pytorch")
+    tensor_dir, dir_problem = resolve_tensor_dir(path, top.get("dump_data_dir"))
+    calls, excluded = _group_calls(path, [(key, (start, end)) for key, start, end in data], set())
+    source = _Text(text, path)
+    cases = [_LazyCase(call, framework, path, tensor_dir, dir_problem, source) for call in calls]
+    return cases, excluded
+
+
+def _group_calls(path: str, pairs: list, duplicated: set) -> tuple:
+    """The :class:`_Call` of each API call in ``pairs`` (entry key, entry), in dump order, and the keys of the
+    module entries, which are not API calls."""
     calls: dict = {}
     raw_names: dict = {}          # printable call name -> the call name as written in the dump
     excluded: list = []
     for key, entry in pairs:
-        try:
-            parsed = fmt.parse_entry_key(key)
-        except ValueError as exc:
-            name = printable_name(key) or "(empty entry key)"
-            call = calls.setdefault(name, _Call(name, key.split(".")[0], "", -1))
-            call.problems.append(f"{exc}; the entry is not an API call this tool knows how to replay")
-            call.has_forward = True
-            continue
-        if parsed.kind in fmt.MODULE_KINDS:
-            excluded.append(key)
-            continue
-        name = printable_name(parsed.api_call)
+        plain = _API_KEY.match(key)
+        if plain is not None and plain.group(1) not in _NOT_PLAIN:
+            # the common form, read as fmt.parse_entry_key reads it: an API call's forward or backward entry
+            kind, (prefix, api, index, direction) = fmt.KIND_API, plain.groups()
+            call_name, index = key[:plain.start(4) - 1], int(index)
+        else:
+            try:
+                parsed = fmt.parse_entry_key(key)
+            except ValueError as exc:
+                name = printable_name(key) or "(empty entry key)"
+                call = calls.setdefault(name, _Call(name, key.split(".")[0], "", -1))
+                call.problems.append(f"{exc}; the entry is not an API call this tool knows how to replay")
+                call.has_forward = True
+                continue
+            if parsed.kind in fmt.MODULE_KINDS:
+                excluded.append(key)
+                continue
+            kind, prefix, api, direction, call_name = (parsed.kind, parsed.prefix, parsed.api, parsed.direction,
+                                                       parsed.api_call)
+            index = parsed.index if parsed.index is not None else -1
+        name = printable_name(call_name)
         call = calls.get(name)
         if call is None:
-            call = calls[name] = _Call(name, parsed.prefix, parsed.api,
-                                       parsed.index if parsed.index is not None else -1)
-            raw_names[name] = parsed.api_call
-        elif raw_names.get(name) != parsed.api_call:
-            call.problems.append(f"entries {raw_names.get(name)!r} and {parsed.api_call!r} both print as "
+            call = calls[name] = _Call(name, prefix, api, index)
+            raw_names[name] = call_name
+        elif raw_names.get(name) != call_name:
+            call.problems.append(f"entries {raw_names.get(name)!r} and {call_name!r} both print as "
                                  f"{name!r}; the call is ambiguous: rename one of them")
-        if parsed.kind == fmt.KIND_JIT:
+        if kind == fmt.KIND_JIT:
             call.problems.append(f"{key}: a Jit entry is a whole jitted function, which cannot be replayed "
                                  "as one API call")
         if key in duplicated:
             call.problems.append(f"entry {key!r} appears more than once in {path}; the entry is ambiguous: "
                                  "remove the duplicate")
-        if parsed.direction == fmt.BACKWARD:
+        if direction == fmt.BACKWARD:
             call.backward, call.has_backward = entry, True
         else:
             call.forward, call.has_forward = entry, True
-    cases = [_finish(call, framework, path, tensor_dir, dir_problem) for call in calls.values()]
-    return cases, excluded
+    return list(calls.values()), excluded
 
 
 def _labels(files: list) -> list:
@@ -308,11 +433,12 @@ def load_dump(paths: str | os.PathLike | Sequence, *,
     """
     files = find_dump_files(paths)
     loaded = [load_dump_file(f, max_json_bytes=max_json_bytes) for f in files]
-    seen: dict = {}
-    for i, (cases, _) in enumerate(loaded):
-        for case in cases:
-            seen.setdefault(case.name, set()).add(i)
-    clash = any(len(owners) > 1 for owners in seen.values())
+    clash = False
+    if len(loaded) > 1:
+        first: dict = {}            # call name -> the first file that has it
+        for i, (cases, _) in enumerate(loaded):
+            for case in cases:
+                clash = clash or first.setdefault(case.name, i) != i
     labels = _labels(files)
     out: list = []
     excluded: list = []

@@ -74,8 +74,11 @@ class DumpFile(pytest.File):
             cases = sess.cases_of(str(self.path))
         except Exception as exc:  # noqa: BLE001 - DumpError and anything a broken file raises
             raise self.CollectError(f"cannot read dump {self.path}: {exc}") from None
-        for case in cases:
-            yield ApiItem.from_parent(self, name=case.name, case=case, skip_reason=selection.skip_reason(case))
+        from generators.jsonsafe import paused_gc
+        with paused_gc():           # a large dump makes many items and no garbage
+            for case in cases:
+                yield ApiItem.from_parent(self, name=case.name, case=case,
+                                          skip_reason=selection.skip_reason(case))
 
 
 class ApiItem(pytest.Item):

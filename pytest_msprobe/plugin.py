@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any, Callable
 
 import pytest
@@ -110,6 +111,23 @@ def pytest_unconfigure(config: Any) -> None:
         controller.close()
         config.pluginmanager.unregister(controller)
         del config.stash[CONTROLLER_KEY]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: Any) -> None:
+    if session.config.stash.get(SESSION_KEY, None) is not None:
+        _leave_out_idle_hypothesis(session.config)
+
+
+def _leave_out_idle_hypothesis(config: Any) -> None:
+    """Hypothesis' pytest plugin imports all of Hypothesis for its terminal summary. In a run that never
+    imported Hypothesis (no Hypothesis test, option or example ran), that summary has nothing to say, so the
+    plugin is left out of the rest of the session rather than paying the import for nothing."""
+    if "hypothesis" in sys.modules:
+        return
+    plugin = config.pluginmanager.get_plugin("hypothesispytest")
+    if plugin is not None:
+        config.pluginmanager.unregister(plugin)
 
 
 def pytest_collect_file(file_path: Any, parent: Any) -> Any:

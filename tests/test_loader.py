@@ -223,3 +223,51 @@ def test_calls_whose_names_print_alike_are_not_merged_silently(tmp_path):
     (tmp_path / "dump.json").write_text(json.dumps(doc))
     cases = load_dump(str(tmp_path / "dump.json")).cases
     assert len(cases) == 1 and "both print as" in (cases[0].problem or "")
+
+
+def _fields(case) -> tuple:
+    return (case.name, case.prefix, case.api, case.index, case.forward, case.backward, case.framework,
+            case.dump_json, case.tensor_dir, case.problem, case.has_tensor_files, case.tensor_dir_problem,
+            case.source, type(case.forward), getattr(case.forward, "duplicates", None))
+
+
+@pytest.mark.parametrize("sample", ["mlp_fp32_statistics_L1", "mlp_fp32_statistics_mix", "mlp_fp32_tensor_L1",
+                                    "msprobe_repo_fixtures"])
+def test_entries_parsed_on_first_use_give_what_a_whole_parse_gives(data_dir, monkeypatch, sample):
+    from generators import jsonsafe
+    files = find_dump_files(data_dir / sample)
+    lean = load_dump(files)
+    assert all(c._parts is None for c in lean if hasattr(c, "_parts")) and any(hasattr(c, "_parts") for c in lean)
+    monkeypatch.setattr(jsonsafe, "scan_object", lambda *a, **k: None)      # the whole-parse way
+    whole = load_dump(files)
+    assert not any(hasattr(c, "_parts") for c in whole)
+    assert [_fields(c) for c in lean] == [_fields(c) for c in whole] and lean.excluded == whole.excluded
+
+
+def test_a_bad_entry_is_found_when_its_case_is_asked(tmp_path):
+    data = {"Torch.relu.0.forward": {"input_args": [t(dtype="torch.float33")], "input_kwargs": {}},
+            "Torch.relu.1.forward": {"input_args": [t()], "input_kwargs": {}},
+            "Torch.relu.1.backward": {"input": [t()], "output": [{"type": "torch.Tensor", "dtype": "x"}]}}
+    first, second = load_dump(write_dump(tmp_path, data)).cases
+    assert first._parts is None and second._parts is None           # nothing parsed or checked yet
+    assert first.problem.startswith("Torch.relu.0.forward.input_args[0].dtype 'torch.float33' is not a known")
+    assert second._parts is None
+    assert second.problem.startswith("Torch.relu.1.backward.output[0].dtype 'x' is not a known dtype")
+    assert second.forward == {"input_args": [t()], "input_kwargs": {}}
+
+
+@pytest.mark.parametrize("text", [
+    '{"data": {"Torch.relu.0.forward": {"input_args": [], "input_kwargs": {}}}} x',
+    '{"data": {"Torch.relu.0.forward": {"input_args": [1,], "input_kwargs": {}}}}',
+    '{"data": {"Torch.relu.0.forward": {"input_args": [], "input_kwargs": {}},}}',
+    '{"data": {"Torch.relu.0.forward": {"input_args": [], "input_kwargs": {"a": tru}}}}',
+    '\ufeff{"data": {}}',
+])
+def test_text_a_lean_load_refuses_gets_the_whole_parse_error(tmp_path, text):
+    from generators import jsonsafe
+    (tmp_path / "dump.json").write_text(text, encoding="utf-8")
+    with pytest.raises(jsonsafe.JSONFileError) as whole:
+        jsonsafe.load_file(str(tmp_path / "dump.json"))
+    with pytest.raises(DumpError) as lean:
+        load_dump(tmp_path / "dump.json")
+    assert str(lean.value) == str(whole.value)

@@ -105,6 +105,26 @@ def test_plugin_import_is_cheap():
     assert out.strip() == "[]"
 
 
+WATCH_HYPOTHESIS = '''
+import sys
+
+
+def pytest_unconfigure(config):
+    plugin = config.pluginmanager.get_plugin("hypothesispytest")
+    print("HYPOTHESIS", "hypothesis" in sys.modules, plugin is not None)
+'''
+
+
+def test_a_run_that_never_used_hypothesis_does_not_import_it_at_the_end(project):
+    project.makeconftest(PLANTED + WATCH_HYPOTHESIS)
+    res = project.runpytest_subprocess("--msprobe-api-info", "dump", "-p", "no:randomly", "-s")
+    assert res.ret == 0
+    res.stdout.fnmatch_lines(["*HYPOTHESIS False False*"])        # left out, never imported
+    res = project.runpytest_subprocess("--msprobe-api-info", "dump", "-p", "no:randomly", "-s",
+                                       "--hypothesis-show-statistics")
+    res.stdout.fnmatch_lines(["*Hypothesis Statistics*", "*HYPOTHESIS True True*"])   # its summary stays
+
+
 def test_options_in_help_and_ini(pytester):
     res = pytester.runpytest("--help")
     res.stdout.fnmatch_lines(["*msprobe*", "*--msprobe-api-info=PATH*", "*--msprobe-timeout=SECONDS*",
