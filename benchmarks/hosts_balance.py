@@ -7,12 +7,12 @@ order the costliest calls come last. Starts two simulated hosts (``python -m pyt
 with each scheduling on offer:
 
 * ``--dist load`` and ``--dist worksteal`` of xdist,
-* each with the calls in dump order; with the largest inputs first (what the plugin does on every xdist
-  worker, :func:`pytest_msprobe.select.by_size`); and "striped": largest first, but with the largest call of
-  each worker moved to the start of that worker's initial share of the queue as xdist deals it out (not
-  something the plugin does: it shows what spreading the largest calls would give). Dump order and striping
-  are forced by a small plugin, ``-p balanceplug --balance-order ...``, that reorders the items after the
-  plugin's ordering.
+* each with the calls in dump order and xdist's own scheduler; with the largest inputs first (what the plugin
+  does on every xdist worker, :func:`pytest_msprobe.select.by_size`) and xdist's own scheduler, which sends each
+  worker a run of consecutive calls ("runs", what the plugin did before); and largest first with the plugin's
+  scheduler, whose first distribution deals the calls out one per worker in turn ("dealt",
+  :mod:`pytest_msprobe.schedule`). A small plugin, ``-p balanceplug --balance-order ... --balance-deal ...``,
+  forces dump order (after the plugin's ordering) and xdist's own scheduler.
 
 For each it prints, from the run of median span out of --repeat: the checking span (from the start of the
 first item to the end of the last, as reported to the controller: interpreter start, torch import and
@@ -21,22 +21,22 @@ wall time of the whole run, and the load average of the machine before the runs;
 
 Usage: python benchmarks/hosts_balance.py [--workdir DIR] [--repeat N] [--size N] [--small N]
 
-Figures (defaults: --size 2048 --small 20, 47 API items, --repeat 3; 2 cores shared with other jobs, load
-average 4-7 throughout, so spans vary by a second or two between runs; the CPU split is the steadier figure):
+Figures (defaults: --size 2048 --small 20, 47 API items, --repeat 2; 2 cores shared with other jobs, load
+average 3-4, so spans vary by a second between runs; the CPU split is the steadier figure):
 
-    scheduling                  span s  cpu gw0  cpu gw1  GEMMs on  wall s  load  spans of each run
-    load, dump order               8.2      3.1      3.1   gw0+gw1    30.8  4.19  8.2, 6.7, 8.3
-    load, largest first           12.0      5.2      1.2       gw0    37.3  6.33  12.0, 12.3, 11.0
-    load, striped                  7.5      3.0      2.6   gw0+gw1    31.0  7.39  9.4, 7.2, 7.5
-    worksteal, dump order          7.6      1.3      3.5       gw1    24.2  6.86  8.2, 7.6, 6.8
-    worksteal, largest first       7.4      3.8      1.7       gw0    25.7  5.70  6.0, 7.7, 7.4
-    worksteal, striped             4.9      3.0      2.9   gw0+gw1    21.1  5.66  4.9, 6.0, 4.1
+    scheduling                        span s  cpu gw0  cpu gw1  GEMMs on  wall s  load  spans of each run
+    load, dump order                     5.9      3.4      1.2       gw0    18.7  3.43  4.8, 5.9
+    load, largest first, runs            4.9      4.8      0.6       gw0    13.4  3.99  4.0, 4.9
+    load, largest first, dealt           4.4      2.8      2.7   gw0+gw1    12.1  3.73  4.4, 4.3
+    worksteal, dump order                4.3      1.2      3.3       gw1    12.2  3.58  4.3, 4.2
+    worksteal, largest first, runs       3.5      3.5      1.8       gw0    10.1  3.30  3.4, 3.5
+    worksteal, largest first, dealt      3.1      3.0      2.7   gw0+gw1     8.8  3.10  2.3, 3.1
 
-Largest first puts both GEMMs at the head of the queue, and xdist deals out consecutive calls (load: a first
-chunk of max(2, N // workers // 4) per worker; worksteal: N // workers each), so one worker gets both; with
-``load`` that is the slowest scheduling here. Spreading the largest calls over the workers' first chunks
-("striped") gives each worker one GEMM and the shortest spans. The wall time is mostly the start of three
-interpreters importing torch on 2 busy cores (about 20 s).
+With runs of consecutive calls, largest first puts both GEMMs at the head of the first worker's run (load: a
+first chunk of max(2, N // workers // 4) per worker; worksteal: N // workers each), and that worker does most
+of the work (4.8 s of CPU against 0.6 s). Dealt, each worker starts on one GEMM and the work splits evenly
+(2.8 s and 2.7 s), with the shortest spans. The wall time is mostly the start of three interpreters importing
+torch on 2 busy cores.
 """
 from __future__ import annotations
 
@@ -61,9 +61,9 @@ _controller = True
 
 
 def pytest_addoption(parser):
-    # an option, not an environment variable: workers on other hosts get the controller's arguments only
-    parser.addoption("--balance-order", default="plugin",
-                     choices=["plugin", "dump", "striped-load", "striped-worksteal"])
+    # options, not environment variables: workers on other hosts get the controller's arguments only
+    parser.addoption("--balance-order", default="plugin", choices=["plugin", "dump"])
+    parser.addoption("--balance-deal", default="yes", choices=["yes", "no"])
 
 
 def pytest_configure(config):
@@ -75,27 +75,18 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     order = {id(item): i for i, item in enumerate(items)}
     res = yield
-    how = config.getoption("balance_order")
-    if how == "dump":
+    if config.getoption("balance_order") == "dump":
         items.sort(key=lambda item: order.get(id(item), len(order)))
-    elif how in ("striped-load", "striped-worksteal") and hasattr(config, "workerinput"):
-        items[:] = striped(items, config.workerinput["workercount"], how)
     return res
 
 
-def striped(items, workers, how):
-    """The largest-first items with the ``workers`` largest moved to the first item of each worker's initial
-    share as xdist's scheduler deals them out (load: chunks of max(2, N // workers // 4) in turn; worksteal: N //
-    workers consecutive items each)."""
-    n = len(items)
-    top, rest = items[:workers], items[workers:]
-    if how == "striped-load":
-        starts = [i * max(2, n // workers // 4) for i in range(workers)]
-    else:
-        starts = [i * (n // workers) for i in range(workers)]
-    for item, start in zip(top, starts):
-        rest.insert(min(start, len(rest)), item)
-    return rest
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--balance-deal no: xdist's own scheduler, which sends each worker a run of consecutive calls."""
+    if config.getoption("balance_deal") == "no":
+        from xdist.scheduler import LoadScheduling, WorkStealingScheduling
+        return {"load": LoadScheduling, "worksteal": WorkStealingScheduling}[config.getvalue("dist")](config, log)
+    return None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -148,10 +139,12 @@ dbg.stop()
 dbg.step()
 '''
 
-SCHEDULES = [("load, dump order", "load", "dump"), ("load, largest first", "load", "plugin"),
-             ("load, striped", "load", "striped-load"), ("worksteal, dump order", "worksteal", "dump"),
-             ("worksteal, largest first", "worksteal", "plugin"),
-             ("worksteal, striped", "worksteal", "striped-worksteal")]
+SCHEDULES = [("load, dump order", "load", "dump", "no"),
+             ("load, largest first, runs", "load", "plugin", "no"),
+             ("load, largest first, dealt", "load", "plugin", "yes"),
+             ("worksteal, dump order", "worksteal", "dump", "no"),
+             ("worksteal, largest first, runs", "worksteal", "plugin", "no"),
+             ("worksteal, largest first, dealt", "worksteal", "plugin", "yes")]
 
 
 class Host:
@@ -190,7 +183,7 @@ def build_dump(workdir: str, size: int, small: int) -> str:
     return os.path.join(path, "step0", "rank", "dump.json")
 
 
-def run_once(workdir: str, dump_json: str, hosts: list, dist: str, order: str, env: dict) -> dict:
+def run_once(workdir: str, dump_json: str, hosts: list, dist: str, order: str, deal: str, env: dict) -> dict:
     """One distributed check; its figures."""
     times = os.path.join(workdir, "times.jsonl")
     if os.path.exists(times):
@@ -203,7 +196,7 @@ def run_once(workdir: str, dump_json: str, hosts: list, dist: str, order: str, e
     start = time.monotonic()
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
                "-p", "balanceplug", "--msprobe-api-info", dump_json, "--msprobe-out", out, *tx, "--dist", dist,
-               f"--balance-order={order}"]        # one argument: the value "dump" is also a folder here
+               f"--balance-order={order}", f"--balance-deal={deal}"]   # one argument: "dump" is also a folder here
     proc = subprocess.run(command, cwd=workdir, env=run_env, capture_output=True, text=True)
     wall = time.monotonic() - start
     if proc.returncode not in (0, 1):
@@ -240,13 +233,13 @@ def main() -> None:
             print(f"dump {dump_json}: two {args.size}x{args.size} matmuls after {args.small} Linear+ReLU layers; "
                   f"hosts {hosts[0].address} (gw0), {hosts[1].address} (gw1), one worker each; "
                   f"{os.cpu_count()} cores")
-            print(f"{'scheduling':26} {'span s':>7} {'cpu gw0':>8} {'cpu gw1':>8} {'GEMMs on':>9} {'wall s':>7} "
+            print(f"{'scheduling':32} {'span s':>7} {'cpu gw0':>8} {'cpu gw1':>8} {'GEMMs on':>9} {'wall s':>7} "
                   f"{'load':>5}  spans of each run")
-            for label, dist, order in SCHEDULES:
-                runs = [run_once(workdir, dump_json, hosts, dist, order, env) for _ in range(args.repeat)]
+            for label, dist, order, deal in SCHEDULES:
+                runs = [run_once(workdir, dump_json, hosts, dist, order, deal, env) for _ in range(args.repeat)]
                 mid = sorted(runs, key=lambda r: r["span"])[len(runs) // 2]
                 spans = ", ".join(f"{r['span']:.1f}" for r in runs)
-                print(f"{label:26} {mid['span']:7.1f} {mid['cpu'].get('gw0', 0):8.1f} {mid['cpu'].get('gw1', 0):8.1f} "
+                print(f"{label:32} {mid['span']:7.1f} {mid['cpu'].get('gw0', 0):8.1f} {mid['cpu'].get('gw1', 0):8.1f} "
                       f"{'+'.join(mid['big']):>9} {mid['wall']:7.1f} {statistics.mean(r['load'] for r in runs):5.2f}  "
                       f"{spans}", flush=True)
         finally:

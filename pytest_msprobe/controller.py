@@ -117,6 +117,12 @@ class Controller:
         if self.hosts is not None:
             self.hosts.setup_nodes(config)
 
+    @pytest.hookimpl(optionalhook=True, trylast=True)
+    def pytest_xdist_make_scheduler(self, config: Any, log: Any) -> Any:
+        """xdist: its ``load``/``worksteal`` scheduling with the largest calls dealt out one per worker first."""
+        from .schedule import make
+        return make(config, log)
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_newgateway(self, gateway: Any) -> None:
         if self.hosts is not None:

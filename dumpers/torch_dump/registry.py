@@ -55,6 +55,15 @@ def _resolve_attr(root: Any, dotted: str) -> Any:
     return obj
 
 
+class _ByName:
+    """The dump names of callables that compare equal, by their ``__name__``."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, names: dict) -> None:
+        self.names = names
+
+
 class ApiRegistry:
     """Maps callables seen by the function mode to ``(prefix, api)`` dump names."""
 
@@ -71,11 +80,23 @@ class ApiRegistry:
         if func is None or not callable(func):
             return
         try:
-            if func in self.by_func:       # first table wins (Functional before Torch: F.conv2d is torch.conv2d)
+            known = self.by_func.get(func)
+            if known is None:
+                self.by_func[func] = (prefix, name)
                 return
-            self.by_func[func] = (prefix, name)
         except TypeError:                  # unhashable callables cannot be looked up
-            pass
+            return
+        # first table wins (Functional before Torch: F.conv2d is torch.conv2d, the same callable). Builtins that
+        # share one C function compare equal while they are distinct functions (``torch.mm`` and the deprecated
+        # ``torch.dsmm``): those keep a name each, told apart by the ``__name__`` of the callable called
+        own = getattr(func, "__name__", None)
+        if not isinstance(known, _ByName):
+            first = next(f for f in self.by_func if f == func)
+            theirs = getattr(first, "__name__", None)
+            if own == theirs or not isinstance(own, str) or not isinstance(theirs, str):
+                return
+            known = self.by_func[func] = _ByName({theirs: known})
+        known.names.setdefault(own, (prefix, name))
 
     def _build(self) -> None:
         import torch.nn.functional as F
@@ -156,6 +177,8 @@ class ApiRegistry:
         except TypeError:
             return None
         if name is not None:
+            if name.__class__ is _ByName:
+                return name.names.get(getattr(func, "__name__", None))
             return name
         if isinstance(func, torch._ops.OpOverload):
             if func.namespace == "aten":

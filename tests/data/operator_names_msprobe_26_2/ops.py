@@ -43,6 +43,7 @@ n = a == y
 o = a % 3
 p = -a
 q = a @ y
+mm = torch.mm(a, y)
 r = a / 2
 s = 2 - a
 t = a.clone()
