@@ -119,6 +119,33 @@ _PLAIN = json.JSONDecoder()                   # no hook: checks and measures a v
 _HEADROOM = 100     # frames above the scan: a value it accepts also parses in the deeper stack of a test
 
 
+def loads_member(text: str, start: int, end: int, *, what: str = "JSON text") -> Any:
+    """:func:`loads` of ``text[start:end]``, a value that :func:`scan_object` has checked.
+
+    json's C scanner parses it without the hook; that is the hook's result too when no key repeats, which holds
+    when every ``:`` of the text is a member of some object (a repeated key, or a ``:`` inside a string, makes
+    the objects hold fewer members than the text has colons, and :func:`loads` parses it again)."""
+    part = text[start:end]
+    try:
+        value = _PLAIN.decode(part)
+    except (ValueError, RecursionError):
+        return loads(part, what=what)
+    return value if _members_of(value) == part.count(":") else loads(part, what=what)
+
+
+def _members_of(value: Any) -> int:
+    count, todo = 0, [value]
+    while todo:
+        item = todo.pop()
+        kind = type(item)
+        if kind is dict:
+            count += len(item)
+            todo.extend(item.values())
+        elif kind is list:
+            todo.extend(item)
+    return count
+
+
 def scan_object(text: str, pos: int, *, inner: str | None = None,
                 visit: Callable[[str, int, int, Any], Any] | None = None) -> tuple | None:
     """Where the members of the JSON object at ``text[pos]`` lie, checked as :func:`loads` would check them.

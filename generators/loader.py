@@ -82,16 +82,12 @@ class _Text:
         self.text, self.path = text, path
 
     def entry(self, span: tuple) -> Any:
-        start, end = span
-        return jsonsafe.loads(self.text[start:end], what=self.path)
-
-
-_LAZY = ("forward", "backward", "problem", "has_tensor_files")
+        return jsonsafe.loads_member(self.text, *span, what=self.path)
 
 
 class _LazyCase(ApiCase):
-    """An :class:`ApiCase` whose entries are parsed, and checked, when it is first asked for one of them or
-    for its problem; the outcome is the one :func:`_finish` gives on the parsed entries."""
+    """An :class:`ApiCase` whose entries are parsed when it is first asked for one of them, and checked when it
+    is first asked for its problem; the outcome is the one :func:`_finish` gives on the parsed entries."""
 
     def __init__(self, call: Any, framework: str, dump_json: str, tensor_dir: str | None,
                  dir_problem: str | None, text: _Text) -> None:
@@ -99,36 +95,46 @@ class _LazyCase(ApiCase):
         self.framework, self.dump_json, self.tensor_dir = framework, dump_json, tensor_dir
         self.tensor_dir_problem = dir_problem if tensor_dir is None else None
         self.source = ""
-        self._call: Any = call         # entries as spans of the text until resolved
+        self._call: Any = call         # entries as spans of the text until parsed
         self._text: Any = text
         self._dir_problem = dir_problem
-        self._parts: dict | None = None
+        self._parts: dict | None = None         # forward, backward (parsed)
+        self._checks: dict | None = None        # problem, has_tensor_files
 
-    def _resolved(self) -> dict:
+    def _parsed(self) -> dict:
         if self._parts is None:
-            lazy, text = self._call, self._text
-            call = _Call(lazy.name, lazy.prefix, lazy.api, lazy.index)
-            call.problems, call.has_forward, call.has_backward = lazy.problems, lazy.has_forward, lazy.has_backward
-            call.forward = text.entry(lazy.forward) if lazy.has_forward and lazy.forward is not None else None
-            call.backward = text.entry(lazy.backward) if lazy.has_backward else None
-            case = _finish(call, self.framework, self.dump_json, self.tensor_dir, self._dir_problem)
-            self._parts = {name: getattr(case, name) for name in _LAZY}
-            self._call = self._text = None        # the text goes once every case has its entries
+            call, text = self._call, self._text
+            if call.has_forward and call.forward is not None:
+                call.forward = text.entry(call.forward)
+            if call.has_backward:
+                call.backward = text.entry(call.backward)
+            self._text = None                     # the text goes once every case has its entries
+            self._parts = {"forward": call.forward if isinstance(call.forward, dict) else None,
+                           "backward": call.backward if isinstance(call.backward, dict) else None}
         return self._parts
 
+    def _checked(self) -> dict:
+        if self._checks is None:
+            self._parsed()
+            case = _finish(self._call, self.framework, self.dump_json, self.tensor_dir, self._dir_problem)
+            self._checks = {"problem": case.problem, "has_tensor_files": case.has_tensor_files}
+            self._call = None
+        return self._checks
 
-def _lazy_field(name: str) -> property:
+
+def _lazy_field(name: str, parts: str) -> property:
     def get(self: _LazyCase) -> Any:
-        return self._resolved()[name]
+        return getattr(self, parts)()[name]
 
     def set_(self: _LazyCase, value: Any) -> None:
-        self._resolved()[name] = value
+        getattr(self, parts)()[name] = value
 
     return property(get, set_, doc=f"The case's ``{name}`` (resolved on first use).")
 
 
-for _name in _LAZY:
-    setattr(_LazyCase, _name, _lazy_field(_name))
+for _name, _parts in (("forward", "_parsed"), ("backward", "_parsed"), ("problem", "_checked"),
+                      ("has_tensor_files", "_checked")):
+    setattr(_LazyCase, _name, _lazy_field(_name, _parts))
 
 
 def printable_name(name: str) -> str:

@@ -252,8 +252,9 @@ def test_a_bad_entry_is_found_when_its_case_is_asked(tmp_path):
     assert first._parts is None and second._parts is None           # nothing parsed or checked yet
     assert first.problem.startswith("Torch.relu.0.forward.input_args[0].dtype 'torch.float33' is not a known")
     assert second._parts is None
-    assert second.problem.startswith("Torch.relu.1.backward.output[0].dtype 'x' is not a known dtype")
     assert second.forward == {"input_args": [t()], "input_kwargs": {}}
+    assert second._checks is None                                  # parsed, not checked yet
+    assert second.problem.startswith("Torch.relu.1.backward.output[0].dtype 'x' is not a known dtype")
 
 
 @pytest.mark.parametrize("text", [
