@@ -17,7 +17,7 @@ import json, os
 def pytest_runtest_logreport(report):
     node = getattr(report, "node", None)
     if report.when == "call" and node is not None:
-        with open(os.path.join(str(report.fspath and os.path.dirname(__file__)), "where.jsonl"), "a") as fh:
+        with open(os.path.join(os.path.dirname(__file__), "where.jsonl"), "a") as fh:
             fh.write(json.dumps([report.nodeid, node.gateway.id]) + "\\n")
 '''
 
