@@ -32,6 +32,14 @@ tensor files 0.9 s (0.7 s after), the device side 0.4 s, pytest's own per-item w
 last item (pytest's final garbage collections, interpreter teardown). With ``-n 2`` the controller and both
 workers each pay the start-up, and the controller waits for the workers' interpreter teardown.
 
+All figures on a quiet machine (load 0.6-1.2), bytecode cache on, after the work above, the dealt first
+distribution (pytest_msprobe/schedule.py) and a controller that no longer imports torch before starting its
+workers (a CPU build of torch tells from its version file that it has no GPU): import torch 1.08-1.67 s, first
+item after 2.64-2.80 s, one worker 8.27-8.38 s, ``-n 2`` 7.13 s (0.86x of one worker; 10.54 s, 1.26x, before the
+controller change); statistics first step 1.55x, steady 1.75x (the step reduces 1000 MB: at the measured 7.9 GB/s
+read bandwidth that alone is 127 ms on a 166 ms bare step, a floor of 1.76x), tensor steady 3.81x (3.11x CPU);
+the 176 MB dump.json collected in 12.6 s (12.7 s CPU), peak RSS 671 MiB.
+
 The bytecode cache matters: with ``PYTHONDONTWRITEBYTECODE`` set every run compiles and assertion-rewrites the
 plugin's modules again (about 4 s of CPU time on this machine); the figures above are with the cache on.
 

@@ -60,12 +60,15 @@ class CheckSession:
     def backend_name(self) -> str:
         return self.settings.device_type or self.registry().default_name()
 
-    def check_backend(self, runs_calls: bool = True) -> None:
-        """The backend is registered and, where this process runs calls, usable, and it can judge these dumps
+    def check_backend(self, runs_calls: bool = True, in_process: bool = True) -> None:
+        """The backend is registered and, where calls run on this host, usable, and it can judge these dumps
         (``recorded`` needs recorded outputs); ValueError naming what to change. A controller whose workers
-        are all on other hosts needs no device of its own."""
-        if runs_calls:
+        are all on other hosts needs no device of its own; one whose workers run here (``in_process`` False)
+        checks the device without taking it (nor importing torch for a backend that does not need it)."""
+        if runs_calls and in_process:
             backend, _ = self.backend()
+        elif runs_calls:
+            backend = self.registry().usable(self.backend_name())
         else:
             try:
                 backend = self.registry().get(self.backend_name())

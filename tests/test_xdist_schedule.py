@@ -49,3 +49,31 @@ def test_the_two_largest_calls_run_on_different_workers(pytester, dist):
     big = [worker for nodeid, worker in where.items() if nodeid.endswith(("Torch.matmul.12", "Torch.matmul.13"))]
     assert len(big) == 2 and big[0] != big[1], where
     assert set(where.values()) == {"gw0", "gw1"}
+
+
+CONTROLLER_IMPORTS = '''
+import os, sys
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):        # before xdist starts any worker
+        with open(os.path.join(os.path.dirname(__file__), "controller.txt"), "w") as fh:
+            fh.write(str("torch" in sys.modules))
+'''
+
+
+def test_the_controller_starts_the_workers_without_importing_torch(pytester):
+    """With a CPU build of torch and the cpu device, the controller has nothing to learn from ``import torch``
+    before its workers start (they import it in parallel)."""
+    if torch.version.cuda is not None or torch.version.hip is not None:
+        pytest.skip("a GPU build of torch: the controller asks torch.cuda whether a GPU is there")
+    import subprocess
+    import sys
+
+    _dump(pytester.path / "dump")
+    pytester.makeconftest(CONTROLLER_IMPORTS)
+    res = subprocess.run([sys.executable, "-m", "pytest", "--msprobe-api-info", str(pytester.path / "dump" / "step0"),
+                          "--msprobe-random", "-n", "2", "-p", "no:randomly", "-q"], cwd=pytester.path,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (pytester.path / "controller.txt").read_text() == "False"

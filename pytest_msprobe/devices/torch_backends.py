@@ -1,9 +1,39 @@
 """The built-in PyTorch backends: ``cpu``, ``cuda`` and ``npu`` (torch_npu)."""
 from __future__ import annotations
 
+import ast
+import importlib.util
+import os
+import sys
 from typing import Any
 
 from .base import DeviceBackend
+
+
+def _build_has_gpu() -> bool:
+    """Whether the installed torch is a CUDA or ROCm build, read from its ``version.py`` without importing torch
+    (a CPU build answers here, so a controller that runs no calls never pays ``import torch`` to learn it).
+
+    True whenever the file cannot tell: then ``torch.cuda`` decides."""
+    if "torch" in sys.modules:
+        return True
+    try:
+        spec = importlib.util.find_spec("torch")
+        folders = list(spec.submodule_search_locations or ()) if spec is not None else []
+        with open(os.path.join(folders[0], "version.py"), encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+    except (ImportError, IndexError, OSError, SyntaxError, ValueError):
+        return True
+    builds = {}
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        if isinstance(target, ast.Name) and target.id in ("cuda", "hip") and node.value is not None:
+            try:
+                builds[target.id] = ast.literal_eval(node.value)
+            except ValueError:
+                return True
+    return set(builds) != {"cuda", "hip"} or any(v is not None for v in builds.values())
 
 
 class CpuBackend(DeviceBackend):
@@ -32,6 +62,8 @@ class CudaBackend(DeviceBackend):
     torch_device = "cuda"
 
     def is_available(self) -> bool:
+        if not _build_has_gpu():
+            return False
         import torch
         return bool(torch.cuda.is_available())
 
