@@ -70,6 +70,13 @@ def runs_calls_here(config: Any) -> bool:
     return not specs or any(host_of(s, proxies) == LOCAL for s in specs)
 
 
+def workers_run_calls(config: Any) -> bool:
+    """Whether xdist workers run the calls (``-n N`` with N > 0, or ``--tx``), not this process."""
+    workers = getattr(config.option, "numprocesses", None)
+    return bool(isinstance(workers, int) and workers > 0 or getattr(config.option, "tx", None)) \
+        and getattr(config.option, "dist", "no") != "no"
+
+
 # --- per-host paths ----------------------------------------------------------------------------------------
 class HostPaths:
     """``--msprobe-host-path HOST:DIR=HOST_DIR`` entries: where the controller's directories are on each host."""

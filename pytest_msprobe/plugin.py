@@ -43,7 +43,7 @@ def pytest_configure(config: Any) -> None:
     from generators.loader import find_dump_files
 
     from .collect import sent_files
-    from .hosts import runs_calls_here
+    from .hosts import runs_calls_here, workers_run_calls
     from .resume import ResumePlan, read_lastfailed
     from .select import LastFailedGuard, Selection
     from .session import CheckSession
@@ -58,7 +58,7 @@ def pytest_configure(config: Any) -> None:
     sess = CheckSession(config, settings, files, node_ids=dict(sent or ()))
     config.stash[SESSION_KEY] = sess
     _usage("--msprobe-api-info", sess.load, (ValueError,))    # a file unreadable as a whole is a usage error
-    in_process = workerinput is not None or not _distributed(config)
+    in_process = workerinput is not None or not workers_run_calls(config)
     _usage("--msprobe-device-type", lambda: sess.check_backend(runs_calls_here(config), in_process), (ValueError,))
     plan, baseline = None, set()
     if workerinput is not None:
@@ -92,13 +92,6 @@ def pytest_configure(config: Any) -> None:
         controller = _usage("pytest-msprobe", lambda: Controller.for_session(config, sess, plan, baseline))
         config.stash[CONTROLLER_KEY] = controller
         config.pluginmanager.register(controller, NAME)
-
-
-def _distributed(config: Any) -> bool:
-    """Whether xdist workers run the calls (``-n N`` with N > 0, or ``--tx``), not this process."""
-    workers = getattr(config.option, "numprocesses", None)
-    return bool(isinstance(workers, int) and workers > 0 or getattr(config.option, "tx", None)) \
-        and getattr(config.option, "dist", "no") != "no"
 
 
 def _set_args(config: Any, files: list) -> None:

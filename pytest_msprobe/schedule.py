@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from xdist.scheduler import LoadScheduling, WorkStealingScheduling
+
 
 class _Dealt:
     """Mixin: reorders the pending items once, at the first send, so that the consecutive runs xdist sends to
@@ -29,21 +31,18 @@ class _Dealt:
         super()._send_tests(node, num)
 
 
+class DealtLoad(_Dealt, LoadScheduling):
+    """``--dist load`` with a dealt first distribution."""
+
+
+class DealtWorksteal(_Dealt, WorkStealingScheduling):
+    """``--dist worksteal`` with a dealt first distribution."""
+
+
+SCHEDULERS = {"load": DealtLoad, "worksteal": DealtWorksteal}
+
+
 def make(config: Any, log: Any) -> Optional[Any]:
     """The scheduler for ``--dist load`` / ``worksteal`` (None for the other modes: xdist picks)."""
-    dist = config.getvalue("dist")
-    if dist == "load":
-        from xdist.scheduler import LoadScheduling
-
-        class DealtLoad(_Dealt, LoadScheduling):
-            """``--dist load`` with a dealt first distribution."""
-
-        return DealtLoad(config, log)
-    if dist == "worksteal":
-        from xdist.scheduler import WorkStealingScheduling
-
-        class DealtWorksteal(_Dealt, WorkStealingScheduling):
-            """``--dist worksteal`` with a dealt first distribution."""
-
-        return DealtWorksteal(config, log)
-    return None
+    cls = SCHEDULERS.get(config.getvalue("dist"))
+    return cls(config, log) if cls is not None else None
