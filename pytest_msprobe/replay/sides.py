@@ -51,11 +51,13 @@ def copy_tensor(x: Any, target: Any, api: str) -> Any:
     from ..precision.standards import HF32_APIS, NO_DETACH_APIS
     if not isinstance(x, torch.Tensor):
         return x
-    y = x.clone() if api in NO_DETACH_APIS else x.detach().clone()
-    raisable = y.dtype in (torch.float16, torch.bfloat16, torch.float32) and y.dtype != target
-    if target is not None and raisable and not (api in HF32_APIS and y.dtype == torch.float32):
-        y = y.to(target)
-    return y
+    raisable = x.dtype in (torch.float16, torch.bfloat16, torch.float32) and x.dtype != target
+    raise_it = target is not None and raisable and not (api in HF32_APIS and x.dtype == torch.float32)
+    if api in NO_DETACH_APIS:
+        y = x.clone()
+        return y.to(target) if raise_it else y
+    # a cast to another dtype is a copy already: one pass over the data, not a clone and then a cast
+    return x.detach().to(target) if raise_it else x.detach().clone()
 
 
 def first_grad(grad: Any) -> Any:

@@ -19,6 +19,27 @@ def _with_grad(x: Any) -> Any:
     return y
 
 
+def run_backward(target: Any, grad: Any) -> None:
+    """``target.backward(grad)``, straight into autograd's engine when the gradient plainly fits the output.
+
+    The Python front end of ``Tensor.backward`` checks the gradient's shape through torch.fx's symbolic
+    shapes, whose first import (sympy with it) costs about half a second per process. For plain tensors
+    (no ``__torch_function__`` override or mode) of the same shape, both real or both complex, that check
+    cannot fail, and the engine gets exactly the arguments the front end would give it; anything else goes
+    through ``Tensor.backward``.
+    """
+    import torch
+
+    engine = getattr(torch.autograd.graph, "_engine_run_backward", None)
+    plain = (type(target) is torch.Tensor and type(grad) is torch.Tensor and not target.is_nested
+             and not torch.overrides.has_torch_function((target, grad)))
+    if (engine is None or not plain or grad.shape != target.shape
+            or grad.dtype.is_complex != target.dtype.is_complex):
+        target.backward(grad)
+        return
+    engine((target,), (grad,), False, False, (), allow_unreachable=True, accumulate_grad=True)
+
+
 def _cast_like(grad: Any, like: Any) -> Any:
     return grad.to(like.dtype) if grad.is_floating_point() and grad.dtype != like.dtype else grad
 
@@ -104,7 +125,7 @@ class TorchAdapter:
             grad_in = _cast_like(backend.to_device(grad.detach().clone(), index), target)
         node: list = []                 # what the dumper records: the input gradients of the output's node
         hook = target.grad_fn.register_hook(lambda grad_inputs, _: node.extend(grad_inputs)) if target.grad_fn else None
-        target.backward(grad_in)
+        run_backward(target, grad_in)
         if hook is not None:
             hook.remove()
         grads = [a.grad for a in args if isinstance(a, torch.Tensor)]
