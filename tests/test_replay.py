@@ -150,3 +150,28 @@ def test_save_error_data_numbers_args_then_kwargs(tmp_path):
     device = torch.load(tmp_path / "err" / "Torch.add.0.forward.output.device.0.pt", weights_only=True)
     assert bench.dtype == torch.float32 and device.dtype == torch.float16
     assert "Torch.add.0.backward.input.0.pt" in files
+
+
+@pytest.mark.parametrize("copies", [False, True])
+def test_device_inputs_copied_once(copies):
+    """The device side copies the inputs unless the backend's to_device makes new tensors anyway; either way an
+    in-place call leaves the caller's inputs as they were."""
+    given = []
+
+    class Moving(CpuBackend):
+        copies_inputs = copies
+
+        def to_device(self, obj, index):
+            if isinstance(obj, dict):
+                return obj
+            given.extend(x for x in obj if isinstance(x, torch.Tensor))
+            return [x.clone() if isinstance(x, torch.Tensor) else x for x in obj] if copies else obj
+
+    x = torch.linspace(-1, 1, 16, dtype=torch.float32)
+    keep = x.clone()
+    r = runner.run_with_inputs(case("Tensor.mul_.0", backward=False), inputs([x, 3.0]), Moving(), 0,
+                               runner.RunOptions(), mode=runner.REAL_DATA, seed=1)
+    assert r.forward in ("pass", "Warning")
+    assert torch.equal(x, keep)
+    shares = given[0].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert shares is copies

@@ -20,6 +20,8 @@ class DeviceBackend:
     torch_device = "cpu"     # torch device type string used by to_device
     accelerator = True       # False: no per-device worker limit
     framework = FRAMEWORK    # the framework of the calls it runs
+    copies_inputs = False    # True: to_device always gives new tensors (another device), so the device side
+                             # needs no copy of its own to keep the call from changing the shared inputs
 
     def is_available(self) -> bool:
         return False

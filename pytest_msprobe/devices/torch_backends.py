@@ -60,6 +60,7 @@ class CpuBackend(DeviceBackend):
 class CudaBackend(DeviceBackend):
     name = "cuda"
     torch_device = "cuda"
+    copies_inputs = True
 
     def is_available(self) -> bool:
         if not _build_has_gpu():
@@ -81,6 +82,7 @@ class NpuBackend(DeviceBackend):
 
     name = "npu"
     torch_device = "npu"
+    copies_inputs = True
 
     def _torch_npu(self) -> Any:
         try:

@@ -30,8 +30,10 @@ from .sides import BENCH, DEVICE, Call, Side, copy_tensor, item_seed, map_leaves
 def run_side(adapter: Any, call: Call, role: str, raise_to: Any, backend: Any, index: int,
              backward: bool) -> Side:
     """Prepare the inputs of one side (copy, raise, convert, move), seed, call, backward, read back."""
+    clone = not (role == DEVICE and backend.copies_inputs)     # moving to another device copies already
+
     def copy(x: Any) -> Any:
-        return copy_tensor(x, raise_to, call.api)
+        return copy_tensor(x, raise_to, call.api, clone)
 
     args = adapter.to_framework(map_leaves(copy, list(call.args)))
     kwargs = adapter.to_framework(map_leaves(copy, dict(call.kwargs)))

@@ -44,8 +44,9 @@ def raise_target(args: Any, kwargs: dict, api: str) -> Any:
     return torch.float32
 
 
-def copy_tensor(x: Any, target: Any, api: str) -> Any:
-    """Detached copy (spec 1.2.5: a few in-place view APIs keep the graph), raised to ``target``."""
+def copy_tensor(x: Any, target: Any, api: str, clone: bool = True) -> Any:
+    """Detached copy (spec 1.2.5: a few in-place view APIs keep the graph), raised to ``target``; with
+    ``clone`` False an unraised tensor is not copied (the caller's next step copies it)."""
     import torch
 
     from ..precision.standards import HF32_APIS, NO_DETACH_APIS
@@ -54,10 +55,12 @@ def copy_tensor(x: Any, target: Any, api: str) -> Any:
     raisable = x.dtype in (torch.float16, torch.bfloat16, torch.float32) and x.dtype != target
     raise_it = target is not None and raisable and not (api in HF32_APIS and x.dtype == torch.float32)
     if api in NO_DETACH_APIS:
-        y = x.clone()
+        y = x.clone() if clone or raise_it else x
         return y.to(target) if raise_it else y
     # a cast to another dtype is a copy already: one pass over the data, not a clone and then a cast
-    return x.detach().to(target) if raise_it else x.detach().clone()
+    if raise_it:
+        return x.detach().to(target)
+    return x.detach().clone() if clone else x.detach()
 
 
 def first_grad(grad: Any) -> Any:
