@@ -138,6 +138,11 @@ static int64_t compact_f64(double *re, const uint8_t *mask, int64_t k) {
 #endif
     return compact_f64_scalar(re, mask, 0, 0, k); }
 
+#define RUN(NAME, X) NAME##_run##X(pb, pd, k, par, sq, re, mask, c, o)
+#define RUNFN(NAME, TB, TD, TAE, X) \
+CLONES void NAME##_run##X(const TB *pb, const TD *pd, int64_t k, const double *par, TAE *sq, TAE *re, \
+                          uint8_t *mask, int64_t *c, double *o) { NAME##_loop(pb, pd, k, X, par, sq, re, mask, c, o); }
+
 /* One chunk of _Engine._fast. TB, TD: bench and device types; TAE: their numpy result type.
    par: eps_b, the three ratio thresholds, sv, sv_atol, a_sv, a_atol, a_rtol (each already in its type). */
 #define BODY(NAME, TB, TD, TAE) \
@@ -177,23 +182,26 @@ INLINE void NAME##_loop(const TB *restrict pb, const TD *restrict pd, int64_t k,
         t[0] += bad; t[1] += r0; t[2] += r1; t[3] += r2; t[4] += nbin; t[5] += ns; t[6] += sverr; t[7] += ebp; \
         t[8] += ebn; t[9] += ns2; t[10] += aserr; t[11] += nerr; \
     } \
-    c[C_BAD] = t[0]; c[C_R0] = t[1]; c[C_R1] = t[2]; c[C_R2] = t[3]; c[C_BIN] = t[4]; c[C_NS] = t[5]; \
-    c[C_SVERR] = t[6]; c[C_EBP] = t[7]; c[C_EBN] = t[8]; c[C_NS2] = t[9]; c[C_ASERR] = t[10]; c[C_NERR] = t[11]; \
-    o[O_MAE] = UNKEY(mae, TAE); o[O_MAB] = UNKEY(mab, TB); o[O_MAD] = UNKEY(mad, TD); o[O_REMAX] = UNKEY(rmax, TAE); \
+    c[C_BAD] = t[0]; o[O_MAE] = UNKEY(mae, TAE); o[O_MAB] = UNKEY(mab, TB); \
+    if (F & LEGACY) { c[C_R0] = t[1]; c[C_R1] = t[2]; c[C_R2] = t[3]; o[O_MAD] = UNKEY(mad, TD); } \
+    if (F & BINARY) c[C_BIN] = t[4]; \
+    if (F & SV) { \
+        c[C_NS] = t[5]; c[C_SVERR] = t[6]; c[C_EBP] = t[7]; c[C_EBN] = t[8]; o[O_REMAX] = UNKEY(rmax, TAE); } \
+    if (F & ABS) { c[C_NS2] = t[9]; c[C_ASERR] = t[10]; c[C_NERR] = t[11]; } \
 } \
 DOTS3(msprobe_dots_##NAME, TB, TD) \
+RUNFN(NAME, TB, TD, TAE, 0) RUNFN(NAME, TB, TD, TAE, 1) RUNFN(NAME, TB, TD, TAE, 2) RUNFN(NAME, TB, TD, TAE, 3) \
+RUNFN(NAME, TB, TD, TAE, 4) RUNFN(NAME, TB, TD, TAE, 5) RUNFN(NAME, TB, TD, TAE, 8) RUNFN(NAME, TB, TD, TAE, 9) \
 CLONES int msprobe_metrics_##NAME(const TB *pb, const TD *pd, int64_t k, int F, const double *par, TAE *sq, \
                                   TAE *re, uint8_t *mask, double *b64, double *d64, int64_t *c, double *o) { \
-    switch (F & 15) { \
-    case 0: NAME##_loop(pb, pd, k, 0, par, sq, re, mask, c, o); break; \
-    case 1: NAME##_loop(pb, pd, k, 1, par, sq, re, mask, c, o); break; \
-    case 2: NAME##_loop(pb, pd, k, 2, par, sq, re, mask, c, o); break; \
-    case 3: NAME##_loop(pb, pd, k, 3, par, sq, re, mask, c, o); break; \
-    case 4: NAME##_loop(pb, pd, k, 4, par, sq, re, mask, c, o); break; \
-    case 5: NAME##_loop(pb, pd, k, 5, par, sq, re, mask, c, o); break; \
-    case 8: NAME##_loop(pb, pd, k, 8, par, sq, re, mask, c, o); break; \
-    case 9: NAME##_loop(pb, pd, k, 9, par, sq, re, mask, c, o); break; \
-    default: NAME##_loop(pb, pd, k, F & 15, par, sq, re, mask, c, o); } \
+    switch (F & 15) {  /* the usual group combinations: one loop each, its flags constant */ \
+    case 0: RUN(NAME, 0); break; case 1: RUN(NAME, 1); break; case 2: RUN(NAME, 2); break; \
+    case 3: RUN(NAME, 3); break; case 4: RUN(NAME, 4); break; case 5: RUN(NAME, 5); break; \
+    case 8: RUN(NAME, 8); break; case 9: RUN(NAME, 9); break; \
+    default: /* the others as passes that each write only their own results */ \
+        switch (F & 3) { case 1: RUN(NAME, 1); break; case 2: RUN(NAME, 2); break; case 3: RUN(NAME, 3); break; } \
+        if (F & SV) RUN(NAME, 4); \
+        if (F & ABS) RUN(NAME, 8); } \
     int64_t kept = k; \
     if ((F & SV) && c[C_NS]) /* the relative errors of the non-small elements, in order */ \
         kept = _Generic((TAE)0, float: compact_f32, double: compact_f64)(re, mask, k); \
