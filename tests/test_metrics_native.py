@@ -12,6 +12,7 @@ import pytest
 
 from pytest_msprobe.precision import metrics as M
 from pytest_msprobe.precision import metrics_engine as E
+from pytest_msprobe.precision import native_build
 from pytest_msprobe.precision import native_metrics as nm
 from pytest_msprobe.precision import standards as S
 
@@ -205,7 +206,7 @@ def test_workers_racing_to_compile_share_one_kernel(tmp_path):
     results = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
     assert results[0] == results[1] and results[0][:2] == [True, True]
     assert [f.name for f in (tmp_path / "cache").iterdir()] == [os.path.basename(
-        __import__("dumpers.cbuild", fromlist=["x"]).library_path("metrics", nm.SOURCE, nm.FLAGS))]
+        native_build.library_path("metrics", nm.SOURCE, nm.FLAGS))]
 
 
 def test_no_compiler_falls_back_to_numpy(tmp_path):

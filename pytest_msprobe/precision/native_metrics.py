@@ -14,7 +14,7 @@ from the last pair to the first. The kernel has C copies of both (``msprobe_pair
 only if every bit agrees, otherwise the kernel leaves the squares, the kept relative errors and float64
 copies in the workspace and numpy sums them as before.
 
-Compiled once per user by :mod:`dumpers.cbuild` (``$MSPROBE_CACHE_DIR``); without a C compiler, or with
+Compiled once per user by :mod:`.native_build` (``$MSPROBE_CACHE_DIR``); without a C compiler, or with
 ``MSPROBE_METRICS_NATIVE=0``, the numpy path runs. Chunks with inf/nan, and the ULP group, stay on numpy.
 """
 from __future__ import annotations
@@ -260,9 +260,9 @@ def library() -> Optional[Any]:
 
 
 def _load() -> Optional[Any]:
-    from dumpers import cbuild
+    from . import native_build
 
-    path = cbuild.build("metrics", SOURCE, FLAGS, VARIANTS, "metric kernel")
+    path = native_build.build("metrics", SOURCE, FLAGS, VARIANTS, "metric kernel")
     if path is None:
         return None
     lib = ctypes.CDLL(path)
