@@ -3,7 +3,8 @@
 Usage: python benchmarks/metrics_throughput.py [--n 1e7] [--mem-n 1e8] [--skip-memory]
 
 - throughput: elements/s of one details row (compare_output, default standard) for a bf16 device output
-  of ``--n`` elements, on one thread; also each standard's metric group and all groups together;
+  of ``--n`` elements, on one thread; also each standard's metric group and all groups together; every
+  line twice, with the compiled metric kernel and with numpy only (``MSPROBE_METRICS_NATIVE=0``);
 - memory: peak extra resident memory while comparing a ``--mem-n``-element bf16 output, measured in a
   child process as VmHWM after the inputs exist minus VmRSS before the compare (Linux only).
 """
@@ -41,7 +42,7 @@ def _best(fn, repeat: int = 3) -> tuple:
 
 def _line(label: str, n: int, times: tuple) -> str:
     wall, cpu = times
-    return (f"  {label:34s} wall {wall * 1e3:7.1f} ms {n / wall / 1e6:6.1f} Me/s | "
+    return (f"  {label:52s} wall {wall * 1e3:7.1f} ms {n / wall / 1e6:6.1f} Me/s | "
             f"cpu {cpu * 1e3:7.1f} ms {n / cpu / 1e6:6.1f} Me/s")
 
 
@@ -54,18 +55,35 @@ def throughput(n: int) -> None:
 
     torch.set_num_threads(1)
     bench, device = _inputs(n)
-    print(f"throughput, bf16 device output of {n:.0e} elements, 1 thread, chunk {M.CHUNK}, "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    for api, label in (("gelu", "benchmark"), ("linear", "ulp"), ("add", "absolute"), ("relu", "binary")):
-        t = _best(lambda api=api: compare_output(api, "x", bench, device))
-        print(_line(f"details row, {label} standard", n, t))
     import numpy as np
 
+    from pytest_msprobe.precision import native_metrics as nm
+
+    kernel = "available" if nm.library() is not None else "unavailable (no C compiler)"
+    print(f"throughput, bf16 device output of {n:.0e} elements, 1 thread, chunk {M.CHUNK}, "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; metric kernel {kernel}, "
+          f"ordered sums in C: {nm.ordered_sums()}")
     bs, ds = _source(bench, np.dtype("float32")), _source(device, np.dtype("float32"))
+    f32 = bench.numpy()
+    f32_device = f32 * np.float32(1.001)
     everything = {"binary": True, "small_value": S.BENCHMARK_SMALL_VALUE_1_0_4[S.BF16],
                   "absolute": S.API_PRECISION_THRESHOLDS["add"][S.BF16], "ulp": S.ULP_PARAMS[S.BF16]}
-    t = _best(lambda: M.float_metrics(bs, ds, device_dtype=S.BF16, **everything))
-    print(_line("every metric of section 2 at once", n, t))
+    groups = {"benchmark group (float32 arrays)": {"small_value": everything["small_value"]},
+              "absolute group (float32 arrays)": {"absolute": everything["absolute"]},
+              "legacy metrics only (float32 arrays)": {}}
+    cases = [(f"details row, {label} standard", lambda api=api: compare_output(api, "x", bench, device))
+             for api, label in (("gelu", "benchmark"), ("linear", "ulp"), ("add", "absolute"), ("relu", "binary"))]
+    cases += [(label, lambda kw=kw: M.float_metrics(f32, f32_device, device_dtype=S.BF16, **kw))
+              for label, kw in groups.items()]
+    cases.append(("every group but ULP (float32 arrays)", lambda: M.float_metrics(
+        f32, f32_device, device_dtype=S.BF16, **{k: v for k, v in everything.items() if k != "ulp"})))
+    cases.append(("every metric of section 2 at once",
+                  lambda: M.float_metrics(bs, ds, device_dtype=S.BF16, **everything)))
+    for label, fn in cases:
+        for mode in ("1", "0"):               # interleaved, so the load hits both alike
+            os.environ["MSPROBE_METRICS_NATIVE"] = mode
+            print(_line(f"{label}, {'native' if mode == '1' else 'numpy '}", n, _best(fn)))
+    os.environ.pop("MSPROBE_METRICS_NATIVE")
 
 
 def _rss_kb(field: str) -> int:

@@ -2,7 +2,9 @@
 
 :class:`_Engine` walks the prepared bench and device arrays in chunks and accumulates counts, sums and maxima
 of every requested metric family (cosine, max abs error and the ratios; binary consistency; benchmark;
-absolute threshold; ULP) into chunk-sized scratch arrays. :func:`.metrics.float_metrics` runs it. numpy only.
+absolute threshold; ULP) into chunk-sized scratch arrays. :func:`.metrics.float_metrics` runs it. A chunk
+without inf/nan goes through the compiled kernel of :mod:`.native_metrics` when there is one (same bits);
+everything else is numpy.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import native_metrics as nm
 from .standards import (
     BF16,
     BF16_EPS,
@@ -197,25 +200,96 @@ class _Engine:
 
     def run(self) -> MetricSet:
         w = _Workspace(min(self.chunk, self.n), self)
+        kern = None if self.force_slow else self._kernel(w)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for start in range(0, self.n, self.chunk):
                 stop = min(start + self.chunk, self.n)
                 k = stop - start
                 bc, dc = _read(self.bs, start, stop, w.bc[:k]), _read(self.ds, start, stop, w.dc[:k])
-                diff = np.subtract(dc, bc, out=w.diff[:k])
-                ae = np.abs(diff, out=w.ae[:k])
-                mx = np.max(ae)
-                ab = np.abs(bc, out=w.ab[:k])
-                clean = bool(np.isfinite(mx)) and not self.force_slow
-                if clean and self.need_bp and self.tb != self.td:
-                    clean = float(np.max(ab)) <= self.td_max
-                if clean:
-                    self._fast(w, k, bc, dc, diff, ae, mx, ab)
-                else:
-                    self._slow(start, bc, dc, ae.copy(), ab.copy())
+                if kern is None or not self._native(kern, w, k, bc, dc):
+                    diff = np.subtract(dc, bc, out=w.diff[:k])
+                    ae = np.abs(diff, out=w.ae[:k])
+                    mx = np.max(ae)
+                    ab = np.abs(bc, out=w.ab[:k])
+                    clean = bool(np.isfinite(mx)) and not self.force_slow
+                    if clean and self.need_bp and self.tb != self.td:
+                        clean = float(np.max(ab)) <= self.td_max
+                    if clean:
+                        self._fast(w, k, bc, dc, diff, ae, mx, ab)
+                    else:
+                        self._slow(start, bc, dc, ae.copy(), ab.copy())
                 if self.ulp is not None:
                     self._ulp(w, k, bc, dc)
         return self._result()
+
+    # ---------------------------------------------------------------- chunk without inf/nan, compiled
+    def _kernel(self, w: _Workspace) -> nm.Kernel | None:
+        """The compiled clean-chunk pass for these dtypes and groups, or None (then numpy does it all)."""
+        if not self.eps_b > 0:          # a zero or negative eps could give NaN or negative relative errors
+            return None
+        flags = ((nm.LEGACY if self.legacy else 0) | (nm.BINARY if self.binary else 0)
+                 | (nm.SV if self.small_value is not None else 0) | (nm.ABS if self.absolute is not None else 0))
+        sv, ab = self.small_value is not None, self.absolute is not None
+        params = [float(self.eps_b), *(float(t) for t in self.ratio_t.values()),
+                  float(self.sv_b) if sv else 0.0, float(self.sv_atol) if sv else 0.0,
+                  float(self.a_sv) if ab else 0.0, float(self.a_atol) if ab else 0.0,
+                  float(self.a_rtol) if ab else 0.0]
+        kern = nm.kernel(self.tb, self.td, flags, params)
+        if kern is None:
+            return None
+        dots = self.legacy and self.n > self.chunk
+        if dots and kern.sums:
+            kern.flags |= nm.DOTS
+        copies = dots and not kern.sums      # float64 copies for numpy's einsums
+        kern.bind(w.sq, w.re0, w.small, w.b64 if copies and self.tb != np.float64 else None,
+                  w.d64 if copies and self.td != np.float64 else None)
+        return kern
+
+    def _native(self, kern: nm.Kernel, w: _Workspace, k: int, bc, dc) -> bool:
+        """``_fast`` in one compiled pass; False (nothing accumulated) when the chunk is not clean."""
+        if not (bc.dtype == self.tb and dc.dtype == self.td and bc.flags.c_contiguous and dc.flags.c_contiguous):
+            return False
+        if not kern(bc, dc, k):
+            return False
+        o = kern.out.tolist()
+        if self.need_bp and self.tb != self.td and not o[nm.O_MAB] <= self.td_max:
+            return False
+        c = kern.cnt.tolist()
+        acc, tae = self.acc, self.tae
+        if self.legacy:
+            acc.max_ae = _nanmax_merge(acc.max_ae, tae.type(o[nm.O_MAE]))
+            acc.max_b = _nanmax_merge(acc.max_b, o[nm.O_MAB])
+            acc.max_d = _nanmax_merge(acc.max_d, o[nm.O_MAD])
+            for key, i in zip(self.ratio_t, (nm.C_R0, nm.C_R1, nm.C_R2)):
+                acc.below[key] += c[i]
+            if kern.flags & nm.DOTS:
+                self.dot += o[nm.O_DOT]
+                self.sdd += o[nm.O_SDD]
+                self.sbb += o[nm.O_SBB]
+            elif self.n > self.chunk:
+                self._dots(dc if self.td == np.float64 else w.d64[:k], bc if self.tb == np.float64 else w.b64[:k])
+        if self.binary:
+            acc.binary_diff += c[nm.C_BIN]
+        if self.small_value is not None:
+            acc.eb_pos += c[nm.C_EBP]
+            acc.eb_neg += c[nm.C_EBN]
+            ns = c[nm.C_NS]
+            acc.sv_count += ns
+            acc.sv_err += c[nm.C_SVERR]
+            acc.masked += ns
+            acc.sq_sum += o[nm.O_SQ] if kern.sums else float(np.sum(w.sq[:k]))
+            kept = c[nm.C_KEPT]
+            if kept:
+                acc.re_max = _nanmax_merge(acc.re_max, tae.type(o[nm.O_REMAX]))
+                acc.re_sum += o[nm.O_RE] if kern.sums else float(np.sum(w.re0[:kept]))
+                acc.re_count += kept
+        if self.absolute is not None:
+            ns = c[nm.C_NS2]
+            acc.abs_sv_count += ns
+            acc.abs_sv_err += c[nm.C_ASERR]
+            acc.normal_err += c[nm.C_NERR]
+            acc.normal_count += k - ns
+        return True
 
     # ---------------------------------------------------------------- chunk without inf/nan
     def _fast(self, w: _Workspace, k: int, bc, dc, diff, ae, mx, ab) -> None:
