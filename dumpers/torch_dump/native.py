@@ -20,17 +20,13 @@ nobody else; otherwise, or without a compiler, :func:`load` returns None and the
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 import threading
 from typing import Optional
 
-from dumpers import atomic
+from dumpers import cbuild
+from dumpers.cbuild import cache_dir  # noqa: F401 - part of this module's interface
+from dumpers.cbuild import compiler as _compiler  # noqa: F401 - the tests ask it
 
 log = logging.getLogger("pytest_msprobe.dump")
 
@@ -146,69 +142,15 @@ CLONES int msprobe_stats_f64(const uint64_t *x, int64_t n, double *out) {
 
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared")
 FUNCTIONS = ("msprobe_stats_f32", "msprobe_stats_f64", "msprobe_stats_bf16", "msprobe_stats_f16")
+VARIANTS = ((), ("-DMSPROBE_NO_CLONES",))     # older compilers: no per-CPU clones
 
 _lock = threading.Lock()
 _loaded: Optional[dict] = None
 
 
-def cache_dir() -> str:
-    """Where the compiled kernel is kept (created on first use, private to the user)."""
-    explicit = os.environ.get("MSPROBE_CACHE_DIR")
-    if explicit:
-        return os.path.abspath(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "pytest-msprobe")
-
-
-def _private(path: str) -> bool:
-    """``path`` belongs to this user and nobody else may write it (so loading it runs only our code)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    return (not hasattr(os, "getuid") or st.st_uid == os.getuid()) and not st.st_mode & 0o022
-
-
-def _compiler() -> Optional[str]:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name:
-            found = shutil.which(name)
-            if found:
-                return found
-    return None
-
-
 def library_path(directory: Optional[str] = None) -> str:
     """The file name of the compiled kernel for this source, these flags and this machine."""
-    digest = hashlib.sha256("\0".join((SOURCE, *FLAGS, platform.machine(), platform.system())).encode())
-    return os.path.join(directory or cache_dir(), f"stats-{digest.hexdigest()[:16]}.so")
-
-
-def _compile(target: str) -> bool:
-    cc = _compiler()
-    if cc is None:
-        log.debug("no C compiler found: the one-pass statistics use numba or torch")
-        return False
-    directory = os.path.dirname(target)
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        src = os.path.join(tmp, "stats.c")
-        with open(src, "w") as fh:
-            fh.write(SOURCE)
-        out = os.path.join(tmp, "stats.so")
-        for extra in ((), ("-DMSPROBE_NO_CLONES",)):   # older compilers: no per-CPU clones
-            try:
-                res = subprocess.run([cc, *FLAGS, *extra, "-o", out, src, "-lm"], capture_output=True, text=True,
-                                     timeout=300)
-            except (OSError, subprocess.SubprocessError) as exc:
-                log.debug("compiling the statistics kernel failed: %s", exc)
-                return False
-            if res.returncode == 0:
-                with open(out, "rb") as fh:       # installed through the one atomic write: concurrent
-                    atomic.write_bytes(target, fh.read(), mode=0o755)   # processes each install a whole file
-                return True
-            log.debug("compiling the statistics kernel failed (%s): %s", " ".join(extra) or "clones",
-                      res.stderr[-2000:])
-    return False
+    return cbuild.library_path("stats", SOURCE, FLAGS, directory)
 
 
 def _open(path: str) -> dict:
@@ -239,19 +181,5 @@ def load() -> Optional[dict]:
 
 
 def _load() -> dict:
-    directory = cache_dir()
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-    except OSError as exc:
-        log.debug("no cache directory for the statistics kernel (%s)", exc)
-        return {}
-    if not _private(directory):
-        log.debug("%s is writable by other users: the compiled statistics kernel is not used", directory)
-        return {}
-    path = library_path(directory)
-    if not os.path.exists(path) and not _compile(path):
-        return {}
-    if not _private(path):
-        log.debug("%s is writable by other users: the compiled statistics kernel is not used", path)
-        return {}
-    return _open(path)
+    path = cbuild.build("stats", SOURCE, FLAGS, VARIANTS, "statistics kernel")
+    return {} if path is None else _open(path)
