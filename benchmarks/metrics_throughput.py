@@ -57,8 +57,10 @@ def throughput(n: int) -> None:
     bench, device = _inputs(n)
     import numpy as np
 
+    from dumpers import cbuild
     from pytest_msprobe.precision import native_metrics as nm
 
+    nm.set_builder(cbuild.build)
     kernel = "available" if nm.library() is not None else "unavailable (no C compiler)"
     print(f"throughput, bf16 device output of {n:.0e} elements, 1 thread, chunk {M.CHUNK}, "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; metric kernel {kernel}, "

@@ -12,9 +12,11 @@ import pytest
 
 from pytest_msprobe.precision import metrics as M
 from pytest_msprobe.precision import metrics_engine as E
-from pytest_msprobe.precision import native_build
+from dumpers import cbuild
 from pytest_msprobe.precision import native_metrics as nm
 from pytest_msprobe.precision import standards as S
+
+nm.set_builder(cbuild.build)          # as the checker does (pytest_msprobe/replay/result.py)
 
 needs_kernel = pytest.mark.skipif(nm.library() is None, reason="no C compiler: the metric kernel is unavailable")
 
@@ -192,6 +194,7 @@ def test_switch_and_unsupported_dtypes(monkeypatch):
 
 
 CHILD = ("import json, numpy as np; from pytest_msprobe.precision import native_metrics as nm, metrics as M; "
+         "from dumpers import cbuild; nm.set_builder(cbuild.build); "
          "lib = nm.library(); b = np.linspace(-1, 1, 70000, dtype=np.float32); "
          "print(json.dumps([lib is not None, nm.ordered_sums(), M.float_metrics(b, b * 1.001, "
          "device_dtype='torch.bfloat16').values['cosine']]))")
@@ -206,7 +209,7 @@ def test_workers_racing_to_compile_share_one_kernel(tmp_path):
     results = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
     assert results[0] == results[1] and results[0][:2] == [True, True]
     assert [f.name for f in (tmp_path / "cache").iterdir()] == [os.path.basename(
-        native_build.library_path("metrics", nm.SOURCE, nm.FLAGS))]
+        cbuild.library_path("metrics", nm.SOURCE, nm.FLAGS))]
 
 
 def test_no_compiler_falls_back_to_numpy(tmp_path):
@@ -234,3 +237,25 @@ def test_relative_error_on_the_absolute_rtol(tb, td, monkeypatch):
         got, taken = _metrics(True, monkeypatch, b, d, device_dtype=S.BF16, absolute=threshold)
         assert all(taken)
         _assert_identical(want, got, f"rtol {threshold.rtol!r}")
+
+
+def test_the_pure_core_compiles_nothing_without_a_builder(tmp_path):
+    """precision/ does no I/O of its own: without the checker's builder the metrics run on numpy, nothing is built."""
+    code = ("import json, numpy as np; from pytest_msprobe.precision import native_metrics as nm, metrics as M; "
+            "b = np.linspace(-1, 1, 70000, dtype=np.float32); "
+            "v = M.float_metrics(b, b * 1.001, device_dtype='torch.bfloat16').values['cosine']; "
+            "print(json.dumps([nm.library() is None, v]))")
+    env = {**os.environ, "MSPROBE_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)[0] is True
+    assert not (tmp_path / "cache").exists()
+
+
+def test_the_checker_hands_the_kernel_its_builder():
+    from pytest_msprobe.replay import result
+
+    nm.set_builder(None)
+    result._compare.cache_clear()
+    result._compare()
+    assert nm._builder is cbuild.build

@@ -14,7 +14,9 @@ from the last pair to the first. The kernel has C copies of both (``msprobe_pair
 only if every bit agrees, otherwise the kernel leaves the squares, the kept relative errors and float64
 copies in the workspace and numpy sums them as before.
 
-Compiled once per user by :mod:`.native_build` (``$MSPROBE_CACHE_DIR``); without a C compiler, or with
+This module does no I/O of its own: whoever uses the metrics with the kernel hands it a builder
+(:func:`set_builder`; the checker passes :func:`dumpers.cbuild.build`, which compiles the source once per
+user into ``$MSPROBE_CACHE_DIR``). Without a builder, without a C compiler, or with
 ``MSPROBE_METRICS_NATIVE=0``, the numpy path runs. Chunks with inf/nan, and the ULP group, stay on numpy.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ import ctypes
 import logging
 import os
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -234,6 +236,7 @@ _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 COMBOS = {(_F32, _F32): "ff", (_F64, _F64): "dd", (_F64, _F32): "df", (_F32, _F64): "fd"}
 
 _lock = threading.Lock()
+_builder: Optional[Callable[..., Optional[str]]] = None   # (stem, source, flags, variants, what) -> path or None
 _lib: Optional[Any] = None        # False once known to be unavailable
 _ordered_sums = False             # the C sums agree with this numpy's np.sum and np.einsum
 
@@ -241,6 +244,17 @@ _ordered_sums = False             # the C sums agree with this numpy's np.sum an
 def enabled() -> bool:
     """Whether the native metric kernel may be used (``MSPROBE_METRICS_NATIVE=0`` turns it off)."""
     return os.environ.get("MSPROBE_METRICS_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def set_builder(builder: Optional[Callable[..., Optional[str]]]) -> None:
+    """Who compiles the kernel: ``builder(stem, source, flags, variants, what)`` returns the path of the
+    shared library or None. Setting it again (or to None) forgets a library not loaded yet."""
+    global _builder, _lib
+    with _lock:
+        if builder is not _builder:
+            _builder = builder
+            if not _lib:
+                _lib = None
 
 
 def library() -> Optional[Any]:
@@ -260,9 +274,9 @@ def library() -> Optional[Any]:
 
 
 def _load() -> Optional[Any]:
-    from . import native_build
-
-    path = native_build.build("metrics", SOURCE, FLAGS, VARIANTS, "metric kernel")
+    if _builder is None:
+        return None
+    path = _builder("metrics", SOURCE, FLAGS, VARIANTS, "metric kernel")
     if path is None:
         return None
     lib = ctypes.CDLL(path)

@@ -104,8 +104,13 @@ def reason(row: Any) -> str:
     return text + (f" [{parts}]" if parts else "")
 
 
+@functools.lru_cache(maxsize=None)
 def _compare() -> Any:
-    from ..precision import compare
+    """The compare layer, its metric kernel built by the dumpers' compile-once rules (dumpers/cbuild.py)."""
+    from dumpers import cbuild
+
+    from ..precision import compare, native_metrics
+    native_metrics.set_builder(cbuild.build)
     return compare
 
 
