@@ -8,6 +8,7 @@ and a :class:`~.select.Selection` (in ``config.stash``), on the controller also 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from typing import Any, Callable
@@ -19,6 +20,7 @@ from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, is_api_item
 from .settings import Settings, add_options
 
 CONTROLLER_KEY = pytest.StashKey["Any"]()
+SETTLE_AT = 5000     # cases or items from which the objects of the run are frozen for the garbage collector
 
 
 def pytest_addhooks(pluginmanager: Any) -> None:
@@ -58,7 +60,10 @@ def pytest_configure(config: Any) -> None:
     sess = CheckSession(config, settings, files, node_ids=dict(sent or ()))
     config.stash[SESSION_KEY] = sess
     _usage("--msprobe-api-info", sess.load, (ValueError,))    # a file unreadable as a whole is a usage error
-    in_process = workerinput is not None or not workers_run_calls(config)
+    settle(sum(len(sess.cases_of(f)) for f in files))
+    # a process that runs no call here (--collect-only, or a controller whose workers run them) checks the
+    # device without taking it: no torch import, no thread count set for calls that never run
+    in_process = not config.option.collectonly and (workerinput is not None or not workers_run_calls(config))
     _usage("--msprobe-device-type", lambda: sess.check_backend(runs_calls_here(config), in_process), (ValueError,))
     plan, baseline = None, set()
     if workerinput is not None:
@@ -137,3 +142,17 @@ def pytest_collect_file(file_path: Any, parent: Any) -> Any:
     if sess is None or real not in sess.dump_files:
         return None
     return DumpFile.for_path(parent, file_path, sess.node_ids.get(real))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: Any) -> None:
+    if session.config.stash.get(SESSION_KEY, None) is not None:
+        settle(len(session.items))
+
+
+def settle(count: int) -> None:
+    """With :data:`SETTLE_AT` or more cases or items, move every object made so far out of the garbage
+    collector's way (``gc.freeze``): the cases and items live to the end of the run and hold no garbage, and
+    each later collection, pytest's final ones included, would walk them all again for nothing."""
+    if count >= SETTLE_AT:
+        gc.freeze()
