@@ -8,7 +8,6 @@ and a :class:`~.select.Selection` (in ``config.stash``), on the controller also 
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 from typing import Any, Callable
@@ -16,11 +15,10 @@ from typing import Any, Callable
 import pytest
 
 from . import hookspec
-from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, is_api_item
+from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, is_api_item, settle
 from .settings import Settings, add_options
 
 CONTROLLER_KEY = pytest.StashKey["Any"]()
-SETTLE_AT = 5000     # cases or items from which the objects of the run are frozen for the garbage collector
 
 
 def pytest_addhooks(pluginmanager: Any) -> None:
@@ -42,6 +40,7 @@ def _usage(prefix: str, fn: Callable[[], Any], errors: tuple = (ValueError, OSEr
 def pytest_configure(config: Any) -> None:
     if not getattr(config.option, "msprobe_api_info", None):
         return
+    from generators.jsonsafe import paused_gc
     from generators.loader import find_dump_files
 
     from .collect import sent_files
@@ -59,8 +58,9 @@ def pytest_configure(config: Any) -> None:
     _set_args(config, files)
     sess = CheckSession(config, settings, files, node_ids=dict(sent or ()))
     config.stash[SESSION_KEY] = sess
-    _usage("--msprobe-api-info", sess.load, (ValueError,))    # a file unreadable as a whole is a usage error
-    settle(sum(len(sess.cases_of(f)) for f in files))
+    with paused_gc():               # the cases of a large dump are many objects and no garbage
+        _usage("--msprobe-api-info", sess.load, (ValueError,))    # a file unreadable as a whole is a usage error
+        settle(sum(len(sess.cases_of(f)) for f in files))
     # a process that runs no call here (--collect-only, or a controller whose workers run them) checks the
     # device without taking it: no torch import, no thread count set for calls that never run
     in_process = not config.option.collectonly and (workerinput is not None or not workers_run_calls(config))
@@ -149,10 +149,3 @@ def pytest_collection_finish(session: Any) -> None:
     if session.config.stash.get(SESSION_KEY, None) is not None:
         settle(len(session.items))
 
-
-def settle(count: int) -> None:
-    """With :data:`SETTLE_AT` or more cases or items, move every object made so far out of the garbage
-    collector's way (``gc.freeze``): the cases and items live to the end of the run and hold no garbage, and
-    each later collection, pytest's final ones included, would walk them all again for nothing."""
-    if count >= SETTLE_AT:
-        gc.freeze()
