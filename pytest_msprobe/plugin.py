@@ -172,8 +172,8 @@ def _reorder_only_parametrized(config: Any) -> None:
             pass
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: Any) -> None:
     if session.config.stash.get(SESSION_KEY, None) is not None:
-        settle(len(session.items))
+        settle(len(session.items))      # before the terminal lists them: its collections would walk them
 
