@@ -217,8 +217,7 @@ def _infer_framework(doc: dict, data: dict) -> str:
     return "pytorch"
 
 
-# ``Prefix.api.index.direction`` (the API name may hold dots); Module/Cell/Jit keys take fmt.parse_entry_key's way
-_API_KEY = re.compile(r"([^.]*)\.(.*)\.(0|[1-9][0-9]*)\.(forward|backward)\Z", re.DOTALL)
+# prefixes whose keys take fmt.parse_entry_key's way (not ``Prefix.api.index.direction`` API entries)
 _NOT_PLAIN = frozenset((*fmt.MODULE_PREFIXES, "Jit"))
 
 
@@ -368,13 +367,12 @@ def _group_calls(path: str, pairs: list, duplicated: set) -> tuple:
     raw_names: dict = {}          # printable call name -> the call name as written in the dump
     by_raw: dict = {}             # the call name as written -> its call
     excluded: list = []
-    match = _API_KEY.match
     for key, entry in pairs:
-        plain = match(key)
-        if plain is not None and plain.group(1) not in _NOT_PLAIN:
-            # the common form, read as fmt.parse_entry_key reads it: an API call's forward or backward entry
-            kind, direction = fmt.KIND_API, plain.group(4)
-            call_name = key[:plain.start(4) - 1]
+        # the common form, read as fmt.parse_entry_key reads it: ``Prefix.api.index.direction``, the API name
+        # holding any dots, the index a plain decimal, the prefix not a module's nor Jit
+        call_name, _, direction = key.rpartition(".")
+        plain = False
+        if direction == fmt.FORWARD or direction == fmt.BACKWARD:
             call = by_raw.get(call_name)
             if call is not None:        # its other direction: the call and its name are known
                 raw = raw_names.get(call.name)
@@ -389,8 +387,12 @@ def _group_calls(path: str, pairs: list, duplicated: set) -> tuple:
                 else:
                     call.forward, call.has_forward = entry, True
                 continue
-            prefix, api, index = plain.group(1, 2, 3)
-            index = int(index)
+            rest, dot, index = call_name.rpartition(".")
+            prefix, dot_api, api = rest.partition(".")
+            plain = bool(dot and dot_api and index.isdigit() and index.isascii()
+                         and (index[0] != "0" or len(index) == 1) and prefix not in _NOT_PLAIN)
+        if plain:
+            kind, index = fmt.KIND_API, int(index)
         else:
             try:
                 parsed = fmt.parse_entry_key(key)
@@ -414,8 +416,8 @@ def _group_calls(path: str, pairs: list, duplicated: set) -> tuple:
         elif raw_names.get(name) != call_name:
             call.problems.append(f"entries {raw_names.get(name)!r} and {call_name!r} both print as "
                                  f"{name!r}; the call is ambiguous: rename one of them")
-        if kind == fmt.KIND_API:
-            by_raw.setdefault(call_name, call)
+        if plain:
+            by_raw[call_name] = call
         if kind == fmt.KIND_JIT:
             call.problems.append(f"{key}: a Jit entry is a whole jitted function, which cannot be replayed "
                                  "as one API call")

@@ -5,6 +5,8 @@ import json
 import shutil
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dumpers import format as fmt
 from generators.apis import UnknownApiError, resolve_api
@@ -304,3 +306,30 @@ def test_odd_keys_spacing_and_names_load_as_a_whole_parse_loads_them(tmp_path, m
     whole = load_dump(tmp_path / "dump.json")
     assert [_fields(c) for c in lean] == [_fields(c) for c in whole] and lean.excluded == whole.excluded
     assert [c.name for c in lean][:3] == ["Torch.relu.0", "Torch.a\\x20b.1", "Jit.f.0"]
+
+
+_PIECES = ["Torch", "Tensor", "Module", "Cell", "Jit", "add", "a b", "", "0", "1", "01", "10", "-1", "\u00b2",
+           "\u0663", "forward", "backward", "forwards", "forward\n", "parameters_grad"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), min_size=1, max_size=6))
+def test_the_common_key_form_is_read_as_the_format_reads_it(pieces):
+    from generators.loader import _group_calls
+    key = ".".join(pieces)
+    calls, excluded = _group_calls("dump.json", [(key, {})], set())
+    try:
+        parsed = fmt.parse_entry_key(key)
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        assert not excluded and len(calls) == 1 and calls[0].problems        # an entry no grammar form fits
+    elif parsed.kind in fmt.MODULE_KINDS:
+        assert excluded == [key] and not calls
+    else:
+        (call,) = calls
+        index = parsed.index if parsed.index is not None else -1
+        assert (call.prefix, call.api, call.index) == (parsed.prefix, parsed.api, index)
+        assert call.has_forward == (parsed.direction == fmt.FORWARD)
+        assert call.has_backward == (parsed.direction == fmt.BACKWARD)
+        assert bool(call.problems) == (parsed.kind == fmt.KIND_JIT)
