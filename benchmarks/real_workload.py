@@ -55,12 +55,15 @@ pytest's and its plugins' start-up (about 0.4 s), torch's first ``backward`` wit
 Then ``--collect-only`` stopped importing torch (it checks the device without taking it, 1.5-3 s), the cases and
 items of a dump of 5000 calls or more are frozen for the garbage collector once made (its passes over them, and
 pytest's final ones, cost 2-3 s), pytest's fixture reordering is left out for a collection with no parametrized
-item (about 1 s) and the scan reads a plain member in one match: interleaved with the code before, at a load
-average of 4.5-5, 7.3-8.0 s wall (4.6-4.9 s CPU) against 14.0-18.7 s (9.1-11.3 s CPU), peak RSS 480 MiB
-against 687 MiB, the same output to the byte. Of those 4.6 s about 1.7 s is json's C scanner checking the text
-(the floor of a check that builds each value), 0.6 s grouping the entries into cases, 0.2 s reading the file,
-and 2 s pytest's own work for the 119 k items (making them, collecting hooks, listing them). The time to the
-first item on the tensor dump is unchanged (no freeze below 5000 cases; 4.2 s either way at a load of 5).
+item (about 1 s), and the loader reads a plain member in one match and splits its key without a regex. This
+benchmark now: 4.5 s and 4.6 s wall (4.3 s and 4.4 s CPU), peak RSS 469 MiB, at a load average of 3.1.
+Interleaved with the code before (the same output to the byte): 5.1-5.7 s wall (5.0-5.5 s CPU) against
+10.8-14.4 s (10.5-14.5 s CPU) at a load of 2.9, 7.3-8.0 s (4.6-4.9 s CPU) against 14.0-18.7 s (9.1-11.3 s CPU)
+at 4.5-5; peak RSS 480 MiB against 687 MiB. Of the 4.3 s about 1.7 s is json's C scanner checking the text (the
+floor of a check that builds each value), 0.5 s grouping the entries into cases, 0.2 s reading the file, and 2 s
+pytest's own work for the 119 k items (making them, the per-item hooks, listing them). Time to the first item on
+the tensor dump is unchanged (2.2-2.6 s against 2.0-2.8 s before, ``import torch`` 1.5-2.0 s, load 3.2; nothing
+is frozen below 5000 cases).
 
     python benchmarks/real_workload.py [--workdir DIR] [--steps 6] [--runs 2] [--skip-huge]
 """
