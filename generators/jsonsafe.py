@@ -115,6 +115,8 @@ def read_text(path: str, *, max_bytes: int = DEFAULT_MAX_JSON_BYTES) -> str:
 _WS = re.compile(r"[ \t\n\r]*")            # JSON's whitespace, as json's own scanner skips it
 _COLON = re.compile(r"[ \t\n\r]*:[ \t\n\r]*")
 _AFTER = re.compile(r"[ \t\n\r]*(?:(\})|,[ \t\n\r]*)")   # after a member: the object's end, or the next one
+# after a member, the next one's plain key (no escape: its text is its value) up to its value
+_NEXT = re.compile(r'[ \t\n\r]*,[ \t\n\r]*"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*')
 _PLAIN = json.JSONDecoder()                   # no hook: checks and measures a value, which is then dropped
 _HEADROOM = 100     # frames above the scan: a value it accepts also parses in the deeper stack of a test
 
@@ -146,23 +148,22 @@ def _members_of(value: Any) -> int:
     return count
 
 
-def scan_object(text: str, pos: int, *, inner: str | None = None,
-                visit: Callable[[str, int, int, Any], Any] | None = None) -> tuple | None:
+def scan_object(text: str, pos: int, *, inner: str | None = None) -> tuple | None:
     """Where the members of the JSON object at ``text[pos]`` lie, checked as :func:`loads` would check them.
 
     Returns ``(members, end, inner_members)``: ``members`` is ``[(key, start, end)]`` in order, repeated keys
     included (``text[start:end]`` is the value), ``end`` the index after the object. The object value of the
     member named ``inner`` is scanned the same way (its members, the last such member's, are
-    ``inner_members``; else that is None), and each of them is handed to ``visit(key, start, end, value)``.
-    Every other value is parsed once by json's C scanner (the check) and dropped, so memory stays low.
+    ``inner_members``; else that is None). Every other value is parsed once by json's C scanner (the check)
+    and dropped, so memory stays low.
 
     None when the text is not valid JSON there, whatever the reason: the caller then parses it with
     :func:`loads`, whose error says what is wrong.
     """
     with paused_gc():             # JSON values hold no cycles: collecting while millions are made is waste
         try:
-            return _at_depth(_HEADROOM, lambda: _members(text, pos, inner, visit))
-        except (ValueError, RecursionError, IndexError):     # JSONDecodeError is a ValueError
+            return _at_depth(_HEADROOM, lambda: _members(text, pos, inner))
+        except (ValueError, RecursionError, IndexError, StopIteration):     # JSONDecodeError is a ValueError
             return None
 
 
@@ -183,40 +184,47 @@ def _at_depth(frames: int, fn: Callable[[], Any]) -> Any:
     return fn() if frames <= 0 else _at_depth(frames - 1, fn)
 
 
-def _members(text: str, pos: int, inner: str | None, visit: Callable | None) -> tuple | None:
-    key_at, value_at, colon, after = json.decoder.scanstring, _PLAIN.raw_decode, _COLON.match, _AFTER.match
+def _members(text: str, pos: int, inner: str | None) -> tuple | None:
+    key_at, value_at, colon, after, following = (json.decoder.scanstring, _PLAIN.scan_once, _COLON.match,
+                                                 _AFTER.match, _NEXT.match)
     if text[pos] != "{":
         return None
     out: list = []
+    append = out.append
     nested = None
     i = _WS.match(text, pos + 1).end()
     if text[i] == "}":
         return out, i + 1, nested
+    if text[i] != '"':
+        return None
+    key, i = key_at(text, i + 1, True)
+    sep = colon(text, i)
     while True:
-        if text[i] != '"':
-            return None
-        key, i = key_at(text, i + 1, True)
-        sep = colon(text, i)
         if sep is None:
             return None
         start = sep.end()
         if key == inner and text[start] == "{":
-            found = _members(text, start, None, visit)
+            found = _members(text, start, None)
             if found is None:
                 return None
             nested, end = found[0], found[1]
         else:
-            value, end = value_at(text, start)
-            if visit is not None and inner is None:
-                visit(key, start, end, value)
-            del value
-        out.append((key, start, end))
+            end = value_at(text, start)[1]      # StopIteration where no value starts
+        append((key, start, end))
+        sep = following(text, end)              # the common case: a next member with a plain key
+        if sep is not None:
+            key = sep.group(1)
+            continue
         sep = after(text, end)
         if sep is None:
             return None
         if sep.group(1):
             return out, sep.end(), nested
         i = sep.end()
+        if text[i] != '"':
+            return None
+        key, i = key_at(text, i + 1, True)
+        sep = colon(text, i)
 
 
 def skip_space(text: str, pos: int) -> int:

@@ -217,8 +217,7 @@ def _infer_framework(doc: dict, data: dict) -> str:
     return "pytorch"
 
 
-# ``Prefix.api.index.direction`` (the API name may hold dots); Module/Cell/Jit keys take fmt.parse_entry_key's way
-_API_KEY = re.compile(r"([^.]*)\.(.*)\.(0|[1-9][0-9]*)\.(forward|backward)\Z", re.DOTALL)
+# prefixes whose keys take fmt.parse_entry_key's way (not ``Prefix.api.index.direction`` API entries)
 _NOT_PLAIN = frozenset((*fmt.MODULE_PREFIXES, "Jit"))
 
 
@@ -332,16 +331,7 @@ def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -
 def _load_lean(path: str, text: str) -> tuple | None:
     """:func:`load_dump_file` for a plain dump (valid JSON, no repeated key at the top or in ``data``): the
     cases keep where their entries lie in ``text``; None for any other text."""
-    found: list = []           # the first tensor item's framework, for a dump that does not declare one
-
-    def visit(key: str, start: int, end: int, entry: Any) -> None:
-        if not found and isinstance(entry, dict):
-            for value in entry.values():
-                for _, item in entries.iter_tensor_items(value):
-                    found.append("mindspore" if item.get("type") == fmt.MINDSPORE_TENSOR_TYPE else "pytorch")
-                    return
-
-    scanned = jsonsafe.scan_object(text, jsonsafe.skip_space(text, 0), inner="data", visit=visit)
+    scanned = jsonsafe.scan_object(text, jsonsafe.skip_space(text, 0), inner="data")
     if scanned is None or not jsonsafe.at_end(text, scanned[1]) or scanned[2] is None:
         return None
     members, _, data = scanned
@@ -350,12 +340,24 @@ def _load_lean(path: str, text: str) -> tuple | None:
         return None
     top = {key: jsonsafe.loads(text[start:end]) for key, start, end in members if key != "data"}
     declared = top.get("framework")
-    framework = declared if declared in FRAMEWORKS else (found[0] if found else "pytorch")
+    framework = declared if declared in FRAMEWORKS else _first_framework(text, data)
     tensor_dir, dir_problem = resolve_tensor_dir(path, top.get("dump_data_dir"))
-    calls, excluded = _group_calls(path, [(key, (start, end)) for key, start, end in data], set())
+    calls, excluded = _group_calls(path, ((key, (start, end)) for key, start, end in data), set())
     source = _Text(text, path)
     cases = [_LazyCase(call, framework, path, tensor_dir, dir_problem, source) for call in calls]
     return cases, excluded
+
+
+def _first_framework(text: str, data: list) -> str:
+    """The framework of the first tensor item in the entries of ``data`` (spans of ``text``), as
+    :func:`_infer_framework` finds it in a parsed dump."""
+    for _, start, end in data:
+        entry = jsonsafe.loads_member(text, start, end)
+        if isinstance(entry, dict):
+            for value in entry.values():
+                for _, item in entries.iter_tensor_items(value):
+                    return "mindspore" if item.get("type") == fmt.MINDSPORE_TENSOR_TYPE else "pytorch"
+    return "pytorch"
 
 
 def _group_calls(path: str, pairs: list, duplicated: set) -> tuple:
@@ -363,13 +365,34 @@ def _group_calls(path: str, pairs: list, duplicated: set) -> tuple:
     module entries, which are not API calls."""
     calls: dict = {}
     raw_names: dict = {}          # printable call name -> the call name as written in the dump
+    by_raw: dict = {}             # the call name as written -> its call
     excluded: list = []
     for key, entry in pairs:
-        plain = _API_KEY.match(key)
-        if plain is not None and plain.group(1) not in _NOT_PLAIN:
-            # the common form, read as fmt.parse_entry_key reads it: an API call's forward or backward entry
-            kind, (prefix, api, index, direction) = fmt.KIND_API, plain.groups()
-            call_name, index = key[:plain.start(4) - 1], int(index)
+        # the common form, read as fmt.parse_entry_key reads it: ``Prefix.api.index.direction``, the API name
+        # holding any dots, the index a plain decimal, the prefix not a module's nor Jit
+        call_name, _, direction = key.rpartition(".")
+        plain = False
+        if direction == fmt.FORWARD or direction == fmt.BACKWARD:
+            call = by_raw.get(call_name)
+            if call is not None:        # its other direction: the call and its name are known
+                raw = raw_names.get(call.name)
+                if raw != call_name:
+                    call.problems.append(f"entries {raw!r} and {call_name!r} both print as {call.name!r}; "
+                                         "the call is ambiguous: rename one of them")
+                if key in duplicated:
+                    call.problems.append(f"entry {key!r} appears more than once in {path}; the entry is "
+                                         "ambiguous: remove the duplicate")
+                if direction == fmt.BACKWARD:
+                    call.backward, call.has_backward = entry, True
+                else:
+                    call.forward, call.has_forward = entry, True
+                continue
+            rest, dot, index = call_name.rpartition(".")
+            prefix, dot_api, api = rest.partition(".")
+            plain = bool(dot and dot_api and index.isdigit() and index.isascii()
+                         and (index[0] != "0" or len(index) == 1) and prefix not in _NOT_PLAIN)
+        if plain:
+            kind, index = fmt.KIND_API, int(index)
         else:
             try:
                 parsed = fmt.parse_entry_key(key)
@@ -393,6 +416,8 @@ def _group_calls(path: str, pairs: list, duplicated: set) -> tuple:
         elif raw_names.get(name) != call_name:
             call.problems.append(f"entries {raw_names.get(name)!r} and {call_name!r} both print as "
                                  f"{name!r}; the call is ambiguous: rename one of them")
+        if plain:
+            by_raw[call_name] = call
         if kind == fmt.KIND_JIT:
             call.problems.append(f"{key}: a Jit entry is a whole jitted function, which cannot be replayed "
                                  "as one API call")

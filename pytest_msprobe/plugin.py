@@ -15,7 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from . import hookspec
-from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, is_api_item
+from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, is_api_item, settle
 from .settings import Settings, add_options
 
 CONTROLLER_KEY = pytest.StashKey["Any"]()
@@ -40,6 +40,7 @@ def _usage(prefix: str, fn: Callable[[], Any], errors: tuple = (ValueError, OSEr
 def pytest_configure(config: Any) -> None:
     if not getattr(config.option, "msprobe_api_info", None):
         return
+    from generators.jsonsafe import paused_gc
     from generators.loader import find_dump_files
 
     from .collect import sent_files
@@ -57,8 +58,12 @@ def pytest_configure(config: Any) -> None:
     _set_args(config, files)
     sess = CheckSession(config, settings, files, node_ids=dict(sent or ()))
     config.stash[SESSION_KEY] = sess
-    _usage("--msprobe-api-info", sess.load, (ValueError,))    # a file unreadable as a whole is a usage error
-    in_process = workerinput is not None or not workers_run_calls(config)
+    with paused_gc():               # the cases of a large dump are many objects and no garbage
+        _usage("--msprobe-api-info", sess.load, (ValueError,))    # a file unreadable as a whole is a usage error
+        settle(sum(len(sess.cases_of(f)) for f in files))
+    # a process that runs no call here (--collect-only, or a controller whose workers run them) checks the
+    # device without taking it: no torch import, no thread count set for calls that never run
+    in_process = not config.option.collectonly and (workerinput is not None or not workers_run_calls(config))
     _usage("--msprobe-device-type", lambda: sess.check_backend(runs_calls_here(config), in_process), (ValueError,))
     plan, baseline = None, set()
     if workerinput is not None:
@@ -137,3 +142,38 @@ def pytest_collect_file(file_path: Any, parent: Any) -> Any:
     if sess is None or real not in sess.dump_files:
         return None
     return DumpFile.for_path(parent, file_path, sess.node_ids.get(real))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: Any) -> None:
+    if session.config.stash.get(SESSION_KEY, None) is not None:
+        _reorder_only_parametrized(session.config)
+
+
+def _reorder_only_parametrized(config: Any) -> None:
+    """pytest's fixture manager reorders the collected items so that the tests sharing a parametrized fixture of
+    a wider scope run together. A list with no parametrized item (a ``callspec``) comes out of it as it went in,
+    after a walk of every item at every scope, about a second for 100 k API items; such a list is left as it is
+    here, and any other is reordered by pytest as before. Where pytest's manager is not found as expected, it is
+    left alone."""
+    manager = config.pluginmanager.get_plugin("funcmanage")
+    for impl in config.hook.pytest_collection_modifyitems.get_hookimpls():
+        if impl.plugin is not manager or manager is None or tuple(impl.argnames) != ("items",):
+            continue
+        reorder = impl.function
+
+        def reorder_parametrized(items: list, reorder: Callable = reorder) -> None:
+            if any(hasattr(item, "callspec") for item in items):
+                reorder(items)
+
+        try:
+            impl.function = reorder_parametrized
+        except (AttributeError, TypeError):
+            pass
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: Any) -> None:
+    if session.config.stash.get(SESSION_KEY, None) is not None:
+        settle(len(session.items))      # before the terminal lists them: its collections would walk them
+

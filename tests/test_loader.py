@@ -5,6 +5,8 @@ import json
 import shutil
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dumpers import format as fmt
 from generators.apis import UnknownApiError, resolve_api
@@ -272,3 +274,62 @@ def test_text_a_lean_load_refuses_gets_the_whole_parse_error(tmp_path, text):
     with pytest.raises(DumpError) as lean:
         load_dump(tmp_path / "dump.json")
     assert str(lean.value) == str(whole.value)
+
+
+_ODD_KEYS = (
+    '{"task": "statistics",\t"level" :"L1" ,\r\n "dump_data_dir": null, "data" : {\n'
+    ' "Module.fc.Linear.forward.0": {"input_args": [], "input_kwargs": {}},\n'
+    ' "Torch.relu.0.forward": {"input_args": [], "input_kwargs": {}, "output": []},\n'
+    ' "Torch.a b.1.forward"  :  {"input_args": [], "input_kwargs": {}},\n'
+    ' "Torch.a\\u0020b.1.backward": {"input": [], "output": []},\n'
+    ' "Torch.a\\\\x20b.1.forward": {"input_args": [], "input_kwargs": {}},\n'
+    ' "Torch.a\\\\x20b.1.backward": {"input": [], "output": []},\n'
+    ' "Jit.f.0.forward": {"input_args": [], "input_kwargs": {}},\n'
+    ' "Torch.add.01.forward": {"input_args": [], "input_kwargs": {}},\n'
+    ' "Torch.add.01.backward": {"input": [], "output": []},\n'
+    ' "Tensor.\\u0061dd.2.forward": {"input_args": [%s], "input_kwargs": {}},\n'
+    ' "Tensor.add.2.backward":{"input": [], "output": []},\n'
+    ' "Torch.relu.0.backward": {"input": [], "output": []},\n'
+    ' "odd key": {}, "": {}\n'
+    '}}\n')
+
+
+@pytest.mark.parametrize("tensor_type", ["torch.Tensor", fmt.MINDSPORE_TENSOR_TYPE])
+def test_odd_keys_spacing_and_names_load_as_a_whole_parse_loads_them(tmp_path, monkeypatch, tensor_type):
+    from generators import jsonsafe
+    item = json.dumps(t(type=tensor_type))
+    (tmp_path / "dump.json").write_text(_ODD_KEYS % item, encoding="utf-8")
+    lean = load_dump(tmp_path / "dump.json")
+    assert any(hasattr(c, "_parts") for c in lean)                           # the lean way was taken
+    assert lean.cases[0].framework == ("mindspore" if tensor_type == fmt.MINDSPORE_TENSOR_TYPE else "pytorch")
+    monkeypatch.setattr(jsonsafe, "scan_object", lambda *a, **k: None)      # the whole-parse way
+    whole = load_dump(tmp_path / "dump.json")
+    assert [_fields(c) for c in lean] == [_fields(c) for c in whole] and lean.excluded == whole.excluded
+    assert [c.name for c in lean][:3] == ["Torch.relu.0", "Torch.a\\x20b.1", "Jit.f.0"]
+
+
+_PIECES = ["Torch", "Tensor", "Module", "Cell", "Jit", "add", "a b", "", "0", "1", "01", "10", "-1", "\u00b2",
+           "\u0663", "forward", "backward", "forwards", "forward\n", "parameters_grad"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), min_size=1, max_size=6))
+def test_the_common_key_form_is_read_as_the_format_reads_it(pieces):
+    from generators.loader import _group_calls
+    key = ".".join(pieces)
+    calls, excluded = _group_calls("dump.json", [(key, {})], set())
+    try:
+        parsed = fmt.parse_entry_key(key)
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        assert not excluded and len(calls) == 1 and calls[0].problems        # an entry no grammar form fits
+    elif parsed.kind in fmt.MODULE_KINDS:
+        assert excluded == [key] and not calls
+    else:
+        (call,) = calls
+        index = parsed.index if parsed.index is not None else -1
+        assert (call.prefix, call.api, call.index) == (parsed.prefix, parsed.api, index)
+        assert call.has_forward == (parsed.direction == fmt.FORWARD)
+        assert call.has_backward == (parsed.direction == fmt.BACKWARD)
+        assert bool(call.problems) == (parsed.kind == fmt.KIND_JIT)
