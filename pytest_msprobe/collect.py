@@ -9,6 +9,7 @@ case through the session, sends its payload (:mod:`.wire`) and takes the outcome
 """
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 from typing import Any
@@ -81,7 +82,7 @@ class DumpFile(pytest.File):
             for case in cases:
                 yield ApiItem.from_parent(self, name=case.name, case=case,
                                           skip_reason=selection.skip_reason(case))
-            settle(len(cases))
+            settle(len(cases), self.config)
 
 
 class ApiItem(pytest.Item):
@@ -135,13 +136,33 @@ class ApiItem(pytest.Item):
         return self.path, None, f"{self.path.name}::{self.name}"
 
 
-def settle(count: int) -> None:
-    """With :data:`SETTLE_AT` or more cases or items, move every object made so far out of the garbage
-    collector's way (``gc.freeze``): the cases and items live to the end of the run and hold no garbage, and
-    each later collection, pytest's final ones included, would walk them all again for nothing. Called with
-    automatic collection paused, it also spares the one pass that would follow the pause."""
+_THAWED_AT_CLEANUP = pytest.StashKey[bool]()
+_AT_EXIT: list = []
+
+
+def freeze_long_lived(config: Any) -> None:
+    """Move every object made so far out of the garbage collector's way (``gc.freeze``).
+
+    What a run makes before its calls (torch's modules, pytest's, the cases and items) lives to the end of the
+    run and holds no garbage; each later collection, the ones between items and pytest's final ``gc.collect``
+    calls included, would walk it all again for nothing, and so would the interpreter's teardown (about 0.2 s
+    per process with torch). Freezing frees nothing and keeps nothing that would otherwise go. The run's cleanup
+    thaws them (the plugin may run inside a longer-lived process, as under pytester); an exit handler freezes
+    again just before the interpreter tears down."""
+    gc.freeze()
+    if not config.stash.get(_THAWED_AT_CLEANUP, False):
+        config.stash[_THAWED_AT_CLEANUP] = True
+        config.add_cleanup(gc.unfreeze)
+    if not _AT_EXIT:
+        atexit.register(gc.freeze)
+        _AT_EXIT.append(True)
+
+
+def settle(count: int, config: Any) -> None:
+    """With :data:`SETTLE_AT` or more cases or items, :func:`freeze_long_lived`. Called with automatic
+    collection paused, it also spares the one pass that would follow the pause."""
     if count >= SETTLE_AT:
-        gc.freeze()
+        freeze_long_lived(config)
 
 
 def is_api_item(item: Any) -> bool:

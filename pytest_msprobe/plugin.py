@@ -60,7 +60,7 @@ def pytest_configure(config: Any) -> None:
     config.stash[SESSION_KEY] = sess
     with paused_gc():               # the cases of a large dump are many objects and no garbage
         _usage("--msprobe-api-info", sess.load, (ValueError,))    # a file unreadable as a whole is a usage error
-        settle(sum(len(sess.cases_of(f)) for f in files))
+        settle(sum(len(sess.cases_of(f)) for f in files), config)
     # a process that runs no call here (--collect-only, or a controller whose workers run them) checks the
     # device without taking it: no torch import, no thread count set for calls that never run
     in_process = not config.option.collectonly and (workerinput is not None or not workers_run_calls(config))
@@ -175,5 +175,5 @@ def _reorder_only_parametrized(config: Any) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: Any) -> None:
     if session.config.stash.get(SESSION_KEY, None) is not None:
-        settle(len(session.items))      # before the terminal lists them: its collections would walk them
+        settle(len(session.items), session.config)   # before the terminal lists them: its collections walk them
 

@@ -6,33 +6,13 @@ slot on its host, which the controller gives it (``msprobe_slot``; else the numb
 """
 from __future__ import annotations
 
-import atexit
-import gc
 import os
 from typing import Any
 
+from .collect import freeze_long_lived
 from .devices.base import device_for_slot, worker_index
 from .replay import CaseResult, RunOptions, run_case, run_with_timeout
 from .settings import DEFAULT_STANDARD, Settings
-
-
-_AT_EXIT: list = []
-
-
-def _freeze_long_lived(config: Any) -> None:
-    """Keep the garbage collector off the objects that live to the end of the run.
-
-    Once torch is imported the process holds a few hundred thousand long-lived objects (torch's modules,
-    pytest's, the plugin's, the collected items). Frozen, they are not traversed by the collections that
-    run between items, by pytest's final ``gc.collect`` calls, nor by the interpreter's teardown (about
-    0.2 s per process with torch). Freezing only moves them out of the collector's generations: nothing
-    is freed or kept differently. The run's cleanup unfreezes them (the plugin may run inside a longer-lived
-    process); an exit handler freezes again just before the interpreter tears down."""
-    gc.freeze()
-    config.add_cleanup(gc.unfreeze)
-    if not _AT_EXIT:
-        atexit.register(gc.freeze)
-        _AT_EXIT.append(True)
 
 
 class CheckSession:
@@ -112,7 +92,7 @@ class CheckSession:
             self._device_index = device_for_slot(self.slot, ids)
             self._backend = backend
             self._share_cpu_threads()
-            _freeze_long_lived(self.config)
+            freeze_long_lived(self.config)     # torch's objects and the run's live to its end
         return self._backend, self._device_index
 
     def _share_cpu_threads(self) -> None:
