@@ -216,3 +216,20 @@ def test_an_input_seen_again_is_read_once(monkeypatch):
     stats_mod.StatBatch(cache=not_kept).add(g)       # a module's input: not remembered
     stats_mod.StatBatch(cache=not_kept).add(g)
     assert counter.elements == 3000
+
+
+def test_statistics_read_before_a_write_are_not_remembered_after_it():
+    """Accelerator statistics are read at the call and filled in after it: a write the call made in between
+    (batch norm's running statistics) must win over the late remembering."""
+    cache, t = StatCache(), torch.randn(100)
+    stats = (1.0, 0.0, 0.5, 2.0, None)
+    read_at = cache.generation
+    cache.wrote([t.data])                 # the call wrote t's storage through another tensor object
+    cache.put(t, t._version, stats, read_at)
+    assert cache.get(t, t._version) is None
+    cache.put(t, t._version, stats)       # read after the write: valid
+    assert cache.get(t, t._version) == stats
+    read_at = cache.generation
+    cache.clear()
+    cache.put(t, t._version, stats, read_at)
+    assert cache.get(t, t._version) is None

@@ -117,19 +117,21 @@ class StatCache:
         self._blocks: dict = {}
         self._written: dict = {}          # storage address -> generation of the last recorded write
         self._gen = 0
+        self._floor = 0                   # statistics read before the last clear() are not taken
         self._limit = limit
 
     def get(self, t: torch.Tensor, version: int) -> Optional[tuple]:
         """The statistics of ``t`` at ``version`` if still valid, else None."""
-        hit = self._entries.get(id(t))
-        if hit is not None and hit[1] == version and hit[0]() is t and hit[3] == t.data_ptr() \
-                and hit[4] == t.dtype and hit[5] == t.shape and hit[6] == t.stride() \
-                and (not self._written or self._written.get(hit[7], -1) <= hit[8]):
-            return hit[2]
-        owner = t._base
-        if owner is None:
-            return None
-        try:                              # a view: the same dense block as its base or another view of it
+        try:
+            hit = self._entries.get(id(t))
+            if hit is not None and hit[1] == version and hit[0]() is t and hit[3] == t.data_ptr() \
+                    and hit[4] == t.dtype and hit[5] == t.shape and hit[6] == t.stride() \
+                    and (not self._written or self._written.get(hit[7], -1) <= hit[8]):
+                return hit[2]
+            owner = t._base
+            if owner is None:
+                return None
+            # a view: the same dense block as its base or another view of it
             key = self._block_key(t, owner)
             if key is None:
                 return None
@@ -152,17 +154,28 @@ class StatCache:
             return None
         return (id(owner), t.data_ptr(), t.numel(), t.dtype)
 
-    def put(self, t: torch.Tensor, version: Optional[int], stats: tuple) -> None:
-        """Remember ``stats`` (Max, Min, Mean, Norm, extra) of ``t`` at ``version``."""
+    @property
+    def generation(self) -> int:
+        """The count of recorded writes: statistics read now are valid against writes recorded later."""
+        return self._gen
+
+    def put(self, t: torch.Tensor, version: Optional[int], stats: tuple, gen: Optional[int] = None) -> None:
+        """Remember ``stats`` (Max, Min, Mean, Norm, extra) of ``t`` at ``version``.
+
+        ``gen``: the :attr:`generation` when the statistics were read (default: now); statistics read
+        before a call and filled in after it (accelerators) must not outlive that call's writes.
+        """
         if version is None:
             return
-        if len(self._entries) >= self._limit:
-            self._entries.clear()
-            self._blocks.clear()
+        if len(self._entries) >= self._limit or len(self._written) >= 4 * self._limit:
+            self.clear()
         try:
             ref = weakref.ref(t)
             base = t.untyped_storage().data_ptr()
-            gen = self._gen
+            if gen is None:
+                gen = self._gen
+            elif gen < self._floor:
+                return
             self._entries[id(t)] = (ref, version, stats, t.data_ptr(), t.dtype, t.shape, t.stride(), base, gen)
             owner = t._base
             if owner is not None:         # a view: found by its block from other views of the same base
@@ -172,10 +185,10 @@ class StatCache:
         except Exception:  # noqa: BLE001 - not weak-referenceable, no plain storage: simply not remembered
             self._entries.pop(id(t), None)
 
-    def put_item(self, t: torch.Tensor, version: Optional[int], item: dict) -> None:
+    def put_item(self, t: torch.Tensor, version: Optional[int], item: dict, gen: Optional[int] = None) -> None:
         """:meth:`put` from a filled dump.json item."""
         extra = {k: item[k] for k in EXTRA_KEYS if k in item} if len(item) > 8 else None
-        self.put(t, version, (item["Max"], item["Min"], item["Mean"], item["Norm"], extra or None))
+        self.put(t, version, (item["Max"], item["Min"], item["Mean"], item["Norm"], extra or None), gen)
 
     def wrote(self, tensors: list) -> None:
         """A captured call wrote ``tensors``: entries over their storages are no longer valid."""
@@ -202,6 +215,8 @@ class StatCache:
             return None
 
     def clear(self) -> None:
+        self._gen += 1
+        self._floor = self._gen
         self._entries.clear()
         self._blocks.clear()
         self._written.clear()

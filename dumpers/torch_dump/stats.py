@@ -226,7 +226,8 @@ class StatBatch:
             if version is not None:
                 self.twins[id(t)] = (t, version, data, values)
         if isinstance(values[0], torch.Tensor):
-            self.pending.append((item, kind, data, values, t if cacheable else None, version))
+            gen = cache.generation if cache is not None else None
+            self.pending.append((item, kind, data, values, t if cacheable else None, version, gen))
             return item
         self._fill(item, kind, data, values)
         if cacheable and cache is not None:
@@ -336,14 +337,14 @@ class StatBatch:
                 device_parts.append(torch.stack(values).to(torch.float64))
             host = {device: (torch.cat(p) if len(p) > 1 else p[0]).tolist() for device, p in parts.items()}
         cache = self.cache
-        for (item, kind, data, values, t, version), item_slots in zip(self.pending, slots):
+        for (item, kind, data, values, t, version, gen), item_slots in zip(self.pending, slots):
             if not isinstance(values[0], torch.Tensor):
                 numbers = item_slots
             else:
                 numbers = [host[key[0]][offsets[key] + i] for key, i in item_slots]
             self._fill(item, kind, data, numbers)
             if cache is not None and t is not None:
-                cache.put_item(t, version, item)
+                cache.put_item(t, version, item, gen)
         self.pending.clear()
 
     def _fill(self, item: dict, kind: str, data: torch.Tensor, v: list) -> None:
