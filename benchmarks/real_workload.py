@@ -38,9 +38,10 @@ bf16 leaves every value as it was but is a write (its version counter moves). In
 the training process does not wait for the writer (the 512 MiB ring never fills between two dumped steps); its
 extra CPU time is the statistics, copying 566 MB into the ring (5.5 GB/s at best on this machine) and the
 per-file records; the writer process needs 0.3-1.2 ms of kernel CPU per MB written (page cache), on the
-other vCPU, and still runs while the next bare step is timed (the bare step of the tensor run is 1.5-2x the
-statistics run's), which flatters the tensor ratio. A copy fused into the statistics loop (one read of the
-source) measured no faster than the loop and a separate ``memcpy``: the cost is the writes into the ring.
+other vCPU, and still runs while the next bare step is timed (bare steps of 305-558 ms in the tensor runs
+against 183-275 ms in the statistics runs), which flatters the tensor ratio. A copy fused into the statistics
+loop (one read of the source) measured no faster than the loop and a separate ``memcpy``: the cost is the
+writes into the ring.
 
 Checker figures, one worker, on the bf16 tensor dump of one step (401 entries, 1008 MB), CPU time of the whole
 run (user + sys, the wall time on this shared machine was 3-5x that) with the bytecode cache on: 14.0 s and 11.6 s
