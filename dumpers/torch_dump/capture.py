@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from dumpers.torch_dump import wrap_lists
+from dumpers.torch_dump import statcache, wrap_lists
 from dumpers.torch_dump.registry import get_registry, mark_reflected, restore_reflected
 from dumpers.torch_dump.session import DumpSession
 
@@ -61,6 +61,8 @@ class ApiCaptureMode(TorchFunctionMode):
                 return func.__wrapped__(*args, **kwargs)
         name = self.lookup(func, args)
         if name is None or sys._getframe(1).f_code.co_filename.endswith(_INTERNAL_CALLERS):
+            if session.cache is not None:
+                _note_writes(session, func, args, kwargs)
             return func(*args, **kwargs)
         return session.run_api(name[0], name[1], func, args, kwargs)
 
@@ -80,6 +82,17 @@ class ApiCaptureMode(TorchFunctionMode):
             log.warning("msprobe dump: another TorchFunctionMode was entered after start() and is still "
                         "active; the dumper's mode stays on the stack, inert, until that one exits.")
         return False
+
+
+def _note_writes(session: DumpSession, func: Any, args: tuple, kwargs: dict) -> None:
+    """An unrecorded call that writes a tensor (``copy_``, ``zero_``, ``out=``) still ends reuse of what it writes."""
+    fname = getattr(func, "__name__", None)
+    if type(fname) is not str or not (statcache.writes_of(fname) or "out" in kwargs or "inplace" in kwargs):
+        return
+    try:
+        session.cache.wrote(statcache.written_tensors(fname, args, kwargs))
+    except Exception:  # noqa: BLE001 - forget everything rather than risk a stale entry
+        session.forget_reuse()
 
 
 class ReflectedSlots:

@@ -194,6 +194,7 @@ class PrecisionDebugger:
             return
         was_on = s.on
         s.on = False
+        s.forget_reuse()                    # what runs while the dump is off is not watched for writes
         self._remove_api_capture()          # also after an I/O error: the capture installed by start() goes
         stacklib.release()
         if (was_on or s.dir is not None) and s.failed is None:

@@ -11,7 +11,6 @@ import functools
 import logging
 import os
 import types
-import weakref
 from typing import Any, Callable, Optional
 
 import torch
@@ -28,7 +27,8 @@ from dumpers.torch_dump import stack as stacklib
 from dumpers.torch_dump.encode import Encoder
 from dumpers.torch_dump.jsontext import (ENTRY_LEVEL, ITEM_LEVEL, backward_text, dict_text, dump_json_text,
                                         entry_text, forward_text, item_text, list_text, plain_value)
-from dumpers.torch_dump.stats import StatBatch, StatCache, version_of
+from dumpers.torch_dump import statcache
+from dumpers.torch_dump.stats import StatBatch, StatCache
 from dumpers.torch_dump.writer import TensorWriter, make_writer
 
 log = logging.getLogger("pytest_msprobe.dump")
@@ -94,7 +94,7 @@ class DumpSession:
         self.counters: dict = {}
         self.parents: list = []           # module (and optimizer) calls in progress, innermost last
         self.forward_parent: dict = {}    # module forward name -> its parent (for backward names)
-        self.cache = StatCache()
+        self.cache: Optional[StatCache] = StatCache(self.md5) if statcache.enabled() else None
         self.writer: Optional[TensorWriter] = None
         self.journal: Optional[JournalWriter] = None
         self._stack_lines: dict = {}      # frames -> formatted lines (kept across steps)
@@ -111,7 +111,7 @@ class DumpSession:
         self.dir: Optional[str] = None
         self.tensor_dir: Optional[str] = None
         self.dump_data_dir: Optional[str] = None
-        self._saved: dict = {}            # id(tensor) -> (weakref, version, file) of this step's tensor files
+        self._saved: dict = {}            # id(tensor) -> (StatCache.mark, file) of this window's tensor files
         self._removal_queued = False      # the writer is to remove this step's journal (see write_files)
         self._scope_on = False
 
@@ -122,10 +122,14 @@ class DumpSession:
         self.counters.clear()
         self.parents.clear()
         self.forward_parent.clear()
-        # statistics are reused within a step only: code that updates parameters through ``p.data``
-        # (old-style optimizers) changes them without bumping their version counter
-        self.cache.clear()
+        self.forget_reuse()
         self._reset_step_state()
+
+    def forget_reuse(self) -> None:
+        """Statistics and tensor files are reused within one dump window only (stop() and step() end it)."""
+        if self.cache is not None:
+            self.cache.clear()
+        self._saved.clear()
 
     # --- files -----------------------------------------------------------------------------------
     def open_step(self) -> None:
@@ -298,11 +302,16 @@ class DumpSession:
         return idx
 
     # --- recording -------------------------------------------------------------------------------
-    def _tensor_hook(self, key: str, dedupe: bool = True) -> Optional[Callable]:
+    def _tensor_hook(self, key: str, dedupe: bool = True, keep_inputs: bool = False) -> Optional[Callable]:
+        """The tensor task's saver for one call: a tensor seen unchanged before shares that file's bytes.
+
+        Remembered as :class:`StatBatch` remembers statistics: outputs, tensors that require grad, and
+        with ``keep_inputs`` every input; ``dedupe=False`` (collectives) neither uses nor remembers any.
+        """
         if not self.tensor_task:
             return None
-        tdir, writer = self.tensor_dir, self.writer
-        saved = self._saved if dedupe else {}
+        tdir, writer, cache = self.tensor_dir, self.writer, self.cache
+        saved = self._saved if dedupe and cache is not None else None
         twins: dict = {}
 
         def save(t: torch.Tensor, item: dict, path: tuple) -> None:
@@ -312,23 +321,27 @@ class DumpSession:
             if len(full) > 4096 or len(name) > 255:
                 log.warning("msprobe dump: path too long, tensor file skipped: %s", name)
                 return
-            version = version_of(t)
-            seen = saved.get(id(t))
-            if seen is not None and version is not None and seen[0]() is t and seen[1] == version:
-                writer.submit(full, None, link_to=seen[2])
+            if cache is None:
+                writer.submit_copy(full, t)
+                return
+            seen = saved.get(id(t)) if saved is not None else None
+            if seen is not None and cache.unchanged_since(t, seen[0]):
+                writer.submit(full, None, link_to=seen[1])
                 return
             phase = path[0] == "output"
             twin = twins.get(id(t))     # the same tensor, unchanged, twice in this call (x * x)
-            if twin is not None and version is not None and twin[0] is t and twin[1:3] == (version, phase):
-                writer.submit(full, None, link_to=twin[3])
+            if twin is not None and twin[1] == phase and cache.unchanged_since(t, twin[0]):
+                writer.submit(full, None, link_to=twin[2])
                 return
             writer.submit_copy(full, t)
-            if version is not None:
-                twins[id(t)] = (t, version, phase, full)
-            if path[0] == "output" and version is not None:   # fresh results only: see StatBatch.add
+            mark = cache.mark(t)
+            if mark is None:
+                return
+            twins[id(t)] = (mark, phase, full)
+            if saved is not None and (phase or keep_inputs or t.requires_grad):
                 if len(saved) > 65536:
                     saved.clear()
-                saved[id(t)] = (weakref.ref(t), version, full)
+                saved[id(t)] = (mark, full)
         return save
 
     def begin(self, key: str, args: tuple, kwargs: dict, skip_code: Any = None, module: bool = False,
@@ -336,15 +349,17 @@ class DumpSession:
         """Start recording a forward call: filters, construct node, input summaries, stack.
 
         ``use_cache=False`` for collectives: they write into their arguments through c10d, which need
-        not bump the version counter, so no statistics of theirs are reused or remembered.
+        not bump the version counter, so no statistics of theirs are reused or remembered. The inputs
+        of an API call are remembered (its writes are seen, see :meth:`run_api`); a module's are not.
         """
         parent = self.parent()
         record = self.wanted(key, closes=not module) and (self.fwd_in or self.fwd_out)
         batch = enc = sid = None
         entry: dict = {}
         if record:
-            batch = StatBatch(self.md5, self.cache if use_cache else None)
-            enc = Encoder(batch, self._tensor_hook(key, dedupe=use_cache))
+            keep = use_cache and not module
+            batch = StatBatch(self.md5, self.cache if use_cache else None, keep)
+            enc = Encoder(batch, self._tensor_hook(key, dedupe=use_cache, keep_inputs=keep))
             if self.fwd_in:
                 entry[fmt.INPUT_ARGS] = enc.args(args)
                 entry[fmt.INPUT_KWARGS] = enc.kwargs(kwargs)
@@ -469,6 +484,12 @@ class DumpSession:
                 self.busy = False
         else:
             result = func(*args, **kwargs)
+        cache = self.cache
+        if cache is not None and (collective or statcache.writes_of(api) or "out" in kwargs or "inplace" in kwargs):
+            try:
+                cache.wrote(statcache.written_tensors(api, args, kwargs, collective))
+            except Exception:  # noqa: BLE001 - forget everything rather than risk a stale entry
+                self.forget_reuse()
         if plain is not None:
             self._plain_finish(plain, result, base, idx)
             return result
@@ -492,8 +513,8 @@ class DumpSession:
         """
         key = f"{base}.{idx}.{fmt.FORWARD}"
         parent = self.parents[-1] if self.parents else None
-        batch = StatBatch(self.md5, self.cache)
-        hook = self._tensor_hook(key)
+        batch = StatBatch(self.md5, self.cache, True)
+        hook = self._tensor_hook(key, keep_inputs=True)
         if hook is None:
             text = batch.text             # tensors straight to StatBatch.text: the common case, per call
             in_args = list_text([text(v, v.requires_grad, ITEM_LEVEL) if type(v) is torch.Tensor

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import math
 from math import isfinite as _isfinite
-import types
-import weakref
 import zlib
 from typing import Optional
 
@@ -21,8 +19,8 @@ import torch
 from dumpers import format as fmt
 from dumpers import jsonfast
 from dumpers.torch_dump import fastreduce
+from dumpers.torch_dump.statcache import FINITE, StatCache
 
-_EXTRA_KEYS = ("Max_except_inf_nan", "Min_except_inf_nan", "md5")
 
 
 def warm_up() -> None:
@@ -165,58 +163,15 @@ def crc32_hex(t: torch.Tensor) -> str:
     return f"{zlib.crc32(raw) & 0xFFFFFFFF:08x}"
 
 
-FINITE = types.MappingProxyType({})   # a StatCache entry's "extra keys" when its four statistics are finite floats
-
-
-class StatCache:
-    """Summaries of tensors already seen, keyed by identity and version counter.
-
-    The output of one call is usually the input of the next; a hit skips the reductions. An entry is
-    valid only while the very same tensor object is alive and has not been written to since. An entry
-    holds the four statistics and a dict of the extra keys (``md5``, ``*_except_inf_nan``), None, or
-    :data:`FINITE` (no extra keys, and the four are finite floats: they render without checks).
-    """
-
-    def __init__(self, limit: int = 8192) -> None:
-        self._entries: dict = {}
-        self._limit = limit
-
-    def get(self, t: torch.Tensor) -> Optional[tuple]:
-        hit = self._entries.get(id(t))
-        if hit is None:
-            return None
-        ref, version, stats = hit
-        if ref() is not t or version_of(t) != version:
-            return None
-        return stats
-
-    def put(self, t: torch.Tensor, version: Optional[int], item: dict) -> None:
-        extra = {k: item[k] for k in _EXTRA_KEYS if k in item} if len(item) > 8 else None
-        self.put_numbers(t, version, (item["Max"], item["Min"], item["Mean"], item["Norm"], extra or None))
-
-    def put_numbers(self, t: torch.Tensor, version: Optional[int], stats: tuple) -> None:
-        """Remember (Max, Min, Mean, Norm, extra keys or None) of ``t`` at ``version``."""
-        if version is None:
-            return
-        if len(self._entries) >= self._limit:
-            self._entries.clear()
-        try:
-            self._entries[id(t)] = (weakref.ref(t), version, stats)
-        except TypeError:
-            pass
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-
 class StatBatch:
     """The tensor items of one call; statistics filled by :meth:`resolve` with one host transfer."""
 
-    __slots__ = ("md5", "cache", "pending", "twins")
+    __slots__ = ("md5", "cache", "pending", "twins", "keep_inputs")
 
-    def __init__(self, md5: bool = False, cache: Optional[StatCache] = None) -> None:
+    def __init__(self, md5: bool = False, cache: Optional[StatCache] = None, keep_inputs: bool = False) -> None:
         self.md5 = md5
         self.cache = cache
+        self.keep_inputs = keep_inputs    # an API call's inputs are remembered too (see add)
         self.pending: list = []
         self.twins: dict = {}             # id -> (tensor, version, reductions) added in this phase
 
@@ -228,10 +183,10 @@ class StatBatch:
         """The JSON item for ``t`` (type, dtype, shape, statistics, requires_grad).
 
         ``cacheable``: ``t`` was just produced by a recorded call (an output) or takes part in autograd
-        (``requires_grad``: kernels cannot change those behind the version counter). Other inputs may
-        be buffers that kernels update without bumping the version (BatchNorm's running statistics),
-        so their statistics are never reused. CPU statistics are filled in at once; accelerator ones
-        by :meth:`resolve`.
+        (``requires_grad``). Other inputs are remembered only with ``keep_inputs`` (the inputs of a captured
+        API call: any write to them through a captured call is seen, see :mod:`statcache`), not those of
+        module calls, whose inner calls may be invisible (level L0). CPU statistics are filled in at
+        once; accelerator ones by :meth:`resolve`.
         """
         info = _DTYPES.get(t.dtype)
         if info is None:
@@ -243,9 +198,9 @@ class StatBatch:
             version = None
         cache = self.cache
         if cache is not None and version is not None:
-            hit = cache._entries.get(id(t))
-            if hit is not None and hit[1] == version and hit[0]() is t:
-                mx, mn, mean, norm, extra = hit[2]
+            hit = cache.get(t, version)
+            if hit is not None:
+                mx, mn, mean, norm, extra = hit
                 item = {"type": _TENSOR, "dtype": info[0], "shape": list(t.shape), "Max": mx, "Min": mn,
                         "Mean": mean, "Norm": norm, "requires_grad": requires_grad}
                 if extra and extra is not FINITE:
@@ -256,6 +211,7 @@ class StatBatch:
         kind = kind_of(t)
         if kind == "empty":
             return item
+        cacheable = cacheable or self.keep_inputs
         twin = self.twins.get(id(t)) if version is not None else None
         if twin is not None and twin[0] is t and twin[1] == version:
             data, values = twin[2], twin[3]  # the same tensor, unchanged, twice in one call (x * x)
@@ -270,11 +226,12 @@ class StatBatch:
             if version is not None:
                 self.twins[id(t)] = (t, version, data, values)
         if isinstance(values[0], torch.Tensor):
-            self.pending.append((item, kind, data, values, t if cacheable else None, version))
+            gen = cache.generation if cache is not None else None
+            self.pending.append((item, kind, data, values, t if cacheable else None, version, gen))
             return item
         self._fill(item, kind, data, values)
         if cacheable and cache is not None:
-            cache.put(t, version, item)
+            cache.put_item(t, version, item)
         return item
 
     def text(self, t: torch.Tensor, cacheable: bool, level: int) -> str:
@@ -298,9 +255,9 @@ class StatBatch:
         shape = t.shape
         cache = self.cache
         if cache is not None and version is not None:
-            hit = cache._entries.get(id(t))
-            if hit is not None and hit[1] == version and hit[0]() is t:
-                mx, mn, mean, norm, extra = hit[2]
+            hit = cache.get(t, version)
+            if hit is not None:
+                mx, mn, mean, norm, extra = hit
                 if extra is FINITE:      # four finite floats (the one-pass kernel's): the short renderer
                     text = jsonfast.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
                     if text is not None:
@@ -315,6 +272,7 @@ class StatBatch:
                 or (version is not None and id(t) in self.twins):
             return self._text_of(t, cacheable, level)
         values = None
+        cacheable = cacheable or self.keep_inputs
         if dtype in _ONE_PASS and t.is_contiguous() and not t.is_neg():
             values = fastreduce.summarize_memory(t.data_ptr(), t.numel(), _ONE_PASS[dtype])
         if values is not None:          # the one-pass kernel answers for finite data only
@@ -322,7 +280,7 @@ class StatBatch:
             if version is not None:     # (a twin's data is read only for non-finite values or md5)
                 self.twins[id(t)] = (t, version, t, values)
                 if cacheable and cache is not None:
-                    cache.put_numbers(t, version, (mx, mn, mean, norm, FINITE))
+                    cache.put(t, version, (mx, mn, mean, norm, FINITE))
             text = jsonfast.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
             return text if text is not None else self._text_of(t, cacheable, level)
         data = t.detach() if requires_grad else t
@@ -336,7 +294,7 @@ class StatBatch:
         if version is not None:
             self.twins[id(t)] = (t, version, data, values)
             if cacheable and cache is not None:
-                cache.put_numbers(t, version, (mx, mn, mean, norm, None))
+                cache.put(t, version, (mx, mn, mean, norm, None))
         text = jsonfast.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
         return text if text is not None else self._text_of(t, cacheable, level)
 
@@ -379,14 +337,14 @@ class StatBatch:
                 device_parts.append(torch.stack(values).to(torch.float64))
             host = {device: (torch.cat(p) if len(p) > 1 else p[0]).tolist() for device, p in parts.items()}
         cache = self.cache
-        for (item, kind, data, values, t, version), item_slots in zip(self.pending, slots):
+        for (item, kind, data, values, t, version, gen), item_slots in zip(self.pending, slots):
             if not isinstance(values[0], torch.Tensor):
                 numbers = item_slots
             else:
                 numbers = [host[key[0]][offsets[key] + i] for key, i in item_slots]
             self._fill(item, kind, data, numbers)
             if cache is not None and t is not None:
-                cache.put(t, version, item)
+                cache.put_item(t, version, item, gen)
         self.pending.clear()
 
     def _fill(self, item: dict, kind: str, data: torch.Tensor, v: list) -> None:
