@@ -167,6 +167,7 @@ for _ in range(2):                     # warm-up: both models, first steps not c
     step(*dumped, dbg=dbg)
 rows = []
 for _ in range(steps):
+    dbg.flush()                        # the writer idle: a bare step is never timed beside the last dump's writes
     rows.append((step(*bare), step(*dumped, dbg=dbg)))
 from dumpers.torch_dump import fastreduce, writer
 read = {"elements": 0, "bytes": 0, "copied": 0}

@@ -1,6 +1,7 @@
 """Where a dump's tensor files are, and joining untrusted file names so they stay inside it."""
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -51,6 +52,13 @@ def resolve_tensor_dir(dump_json: str, dump_data_dir: Any) -> tuple:
                   "or use random data (--msprobe-random)")
 
 
+@functools.lru_cache(maxsize=64)
+def _real_root(root: str) -> str:
+    """The real path of a tensor directory, resolved once per process (every file of a dump is joined to one
+    of a few); a directory re-pointed later is not followed: its files are read where it first led."""
+    return os.path.realpath(root)
+
+
 def safe_join(root: str, name: str) -> str:
     """The real path of ``name`` inside ``root``; refuses names and links that lead outside.
 
@@ -60,8 +68,10 @@ def safe_join(root: str, name: str) -> str:
     if (not name or os.path.isabs(name) or "/" in name or "\\" in name or "\x00" in name
             or name in (".", "..")):
         raise PathRefused(f"file name {name!r} is refused: it must be a bare name inside {root}")
-    real_root = os.path.realpath(root)
-    path = os.path.realpath(os.path.join(real_root, name))
+    real_root = _real_root(root)
+    path = os.path.join(real_root, name)          # real already, unless the name itself is a link
+    if os.path.islink(path):
+        path = os.path.realpath(path)
     if not _inside(path, real_root) or path == real_root:
         raise PathRefused(f"{os.path.join(root, name)} resolves to {path}, outside the tensor directory "
                           f"{real_root}; the link is refused")
