@@ -175,3 +175,26 @@ def test_device_inputs_copied_once(copies):
     assert torch.equal(x, keep)
     shares = given[0].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
     assert shares is copies
+
+
+@pytest.mark.parametrize("error_data", [False, True])
+def test_inputs_built_for_the_call_are_not_copied_for_the_device(error_data, tmp_path):
+    """Inputs built for one call alone (run_case) go to the device side as they are, the last to use them;
+    with error data to save they are copied, so the saved inputs are the ones both sides saw."""
+    given = []
+
+    class Watching(CpuBackend):
+        def to_device(self, obj, index):
+            if not isinstance(obj, dict):
+                given.extend(x for x in obj if isinstance(x, torch.Tensor))
+            return obj
+
+    x = torch.linspace(-1, 1, 16, dtype=torch.float32)
+    keep = x.clone()
+    opts = runner.RunOptions(error_data_dir=str(tmp_path) if error_data else None)
+    r = runner.run_with_inputs(case("Tensor.mul_.0", backward=False), inputs([x, 3.0]), Watching(), 0, opts,
+                               mode=runner.REAL_DATA, seed=1, owned=True)
+    assert r.forward in ("pass", "Warning")
+    shares = given[0].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert shares is not error_data
+    assert torch.equal(x, keep) is error_data        # changed in place only where nobody reads it after

@@ -28,9 +28,11 @@ from .sides import BENCH, DEVICE, Call, Side, copy_tensor, item_seed, map_leaves
 
 
 def run_side(adapter: Any, call: Call, role: str, raise_to: Any, backend: Any, index: int,
-             backward: bool) -> Side:
-    """Prepare the inputs of one side (copy, raise, convert, move), seed, call, backward, read back."""
-    clone = not (role == DEVICE and backend.copies_inputs)     # moving to another device copies already
+             backward: bool, clone: bool = True) -> Side:
+    """Prepare the inputs of one side (copy, raise, convert, move), seed, call, backward, read back.
+
+    ``clone`` False: the side's unraised tensors are the inputs themselves, for a side that may change them
+    (nothing reads them after it)."""
 
     def copy(x: Any) -> Any:
         return copy_tensor(x, raise_to, call.api, clone)
@@ -67,8 +69,12 @@ def recorded_side(adapter: Any, call: Call, bench: Side, recorded: Any) -> tuple
 
 
 def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, options: RunOptions, mode: str,
-           seed: int) -> tuple:
-    """Bench and device runs of one call and the comparison: (CaseResult, saved tensors)."""
+           seed: int, owned: bool = False) -> tuple:
+    """Bench and device runs of one call and the comparison: (CaseResult, saved tensors).
+
+    The bench always works on copies (raised, or cloned). The device side, which runs last, also copies the
+    inputs unless they are ``owned`` (built for this call alone and read by nobody after it) and no error
+    data will save them, or its backend copies them anyway (another device)."""
     from ..precision.standards import get_standard
     std = get_standard(options.standard)
     name = case_name(case)
@@ -103,7 +109,8 @@ def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, optio
     else:
         # device: same values, own dtype, moved by the backend; backward only where the bench ran one
         try:
-            device = run_side(adapter, call, DEVICE, None, backend, index, bench.backward_ran)
+            device = run_side(adapter, call, DEVICE, None, backend, index, bench.backward_ran,
+                              clone=not (owned and not options.error_data_dir) and not backend.copies_inputs)
         except Exception as exc:  # noqa: BLE001 - reported as the API's SKIP reason
             raise adapter.failure(DEVICE, exc, backend) from None
         recording = rec.load(case, options, required=False) if mode == REAL_DATA else None
@@ -158,12 +165,13 @@ def run_case(case: Any, backend: Any, device_index: int, options: RunOptions) ->
                               edge_values=options.edge_values)
     except Exception as exc:  # noqa: BLE001 - spec 3.4: any failure to build inputs is a SKIP
         return skip_result(name, exc_text(exc), data_mode=mode, seed=seed)
-    return run_with_inputs(case, inputs, backend, device_index, options, mode=mode, seed=seed)
+    return run_with_inputs(case, inputs, backend, device_index, options, mode=mode, seed=seed, owned=True)
 
 
 def run_with_inputs(case: Any, inputs: Any, backend: Any, device_index: int, options: RunOptions, *,
-                    mode: str, seed: int) -> CaseResult:
-    """Bench and device runs and the comparison, for inputs already built."""
+                    mode: str, seed: int, owned: bool = False) -> CaseResult:
+    """Bench and device runs and the comparison, for inputs already built (``owned``: built for this call
+    alone, so the device side may change them; otherwise the caller's inputs are left as they were)."""
     name = case_name(case)
     adapter = adapter_for(case)
     from ..devices.recorded import is_recorded
@@ -173,7 +181,7 @@ def run_with_inputs(case: Any, inputs: Any, backend: Any, device_index: int, opt
     if problem:
         return skip_result(name, problem, data_mode=mode, seed=seed)
     try:
-        result, saved = replay(adapter, case, inputs, backend, device_index, options, mode, seed)
+        result, saved = replay(adapter, case, inputs, backend, device_index, options, mode, seed, owned)
     except Exception as exc:  # noqa: BLE001 - spec 3.4: the API becomes SKIP with the error text
         return skip_result(name, exc_text(exc), data_mode=mode, seed=seed)
     result.summary = str(getattr(inputs, "summary", "") or "")
