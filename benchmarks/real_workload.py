@@ -167,7 +167,8 @@ for _ in range(2):                     # warm-up: both models, first steps not c
     step(*dumped, dbg=dbg)
 rows = []
 for _ in range(steps):
-    dbg.flush()                        # the writer idle: a bare step is never timed beside the last dump's writes
+    dbg.flush()                        # the writer idle and the files on disk: a bare step is never timed
+    os.sync()                          # beside the last dump's writes or the kernel's writeback of them
     rows.append((step(*bare), step(*dumped, dbg=dbg)))
 from dumpers.torch_dump import fastreduce, writer
 read = {"elements": 0, "bytes": 0, "copied": 0}
