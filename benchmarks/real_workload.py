@@ -17,74 +17,46 @@ Targets (2 cores): check <= 5.0 s with one worker, ``-n 2`` <= 0.85x of that, fi
 0.5 s; statistics dump <= 1.6x steady and <= 2.0x first step; tensor dump <= 3x steady; 200 MB dump.json
 collected in < 10 s and < 1 GB.
 
-Dumper figures on this 2-vCPU machine (wall, CPU time of the training process in brackets): before the
-compiled statistics loop, at a load average of 13-18: first statistics step 14.2x (9.2x), steady 3.9x
-(3.8x), tensor steady 5.9x (4.7x); now, at a load average of 4: first 1.88x (1.83x), steady 1.71x
-(1.80x), tensor steady 3.00x (2.66x) (bare step 231 ms, first bare step 310 ms).
+Figures on this 2-vCPU machine, bytecode cache on, quiet (load 0.5-1.9), the last full run; before this round's
+work (same machine, load 0.6-1.2) in brackets:
 
-Reuse of statistics for an API call's inputs and for views (dumpers/torch_dump/statcache.py): the step summarises
-1000 MB of tensors; the one-pass loop read 602 MB of them before, 550 MB after (AdamW's second read of each
-gradient, reshapes and transposes of tensors already summarised), and the tensor task copies 566 MB into the
-writer's ring instead of 646 MB (the rest hard links). Before and after, alternating, three runs each at a load
-average of 3.5-5: statistics steady 1.71-1.88x (1.73-1.88x CPU) before, 1.80-1.84x (1.78-1.93x CPU) after;
-first step 1.21-2.11x before, 1.47-1.77x after; tensor steady 2.43-2.86x (2.57-2.78x CPU) before, 2.59-2.93x
-(2.69-2.73x CPU) after: the 9% fewer bytes read (about 7 ms of a 300 ms dumped step) are below this shared
-machine's noise. What is left: the loop runs bf16 data at about 7 GB/s even from cache (float32 at about
-20 GB/s), bound by the float64 lane sums that keep its results the same bits on every CPU, so 550 MB cost about
-80 ms; the Python side of about 300 calls and 1000 tensor items about 50 ms. Of the 550 MB, about 75 MB are
-AdamW's moments read at the start of a step unchanged since the end of the previous one (not reused: nothing is
-watched between dump windows) and about 75 MB the parameters after ``mul_(1 - lr * weight_decay)``, which in
-bf16 leaves every value as it was but is a write (its version counter moves). In the tensor task's steady step
-the training process does not wait for the writer (the 512 MiB ring never fills between two dumped steps); its
-extra CPU time is the statistics, copying 566 MB into the ring (5.5 GB/s at best on this machine) and the
-per-file records; the writer process needs 0.3-1.2 ms of kernel CPU per MB written (page cache), on the
-other vCPU, and still runs while the next bare step is timed (bare steps of 305-558 ms in the tensor runs
-against 183-275 ms in the statistics runs), which flatters the tensor ratio. A copy fused into the statistics
-loop (one read of the source) measured no faster than the loop and a separate ``memcpy``: the cost is the
-writes into the ring.
+* checker, one worker: 3.89 s end to end, runs 3.89-4.46 s (8.27-8.38 s); peak RSS 425 MiB;
+* ``-n 2``: 3.86 s, runs 3.86-5.52 s, 0.99x of one worker (7.13 s, 0.86x): each worker's own start-up and exit
+  cost about as much as the other core saves on 3 s of compute (docs/accuracy-check.md, "When -n pays");
+* first item: 1.47 s, runs 1.47-1.95 s, with ``import torch`` 1.13 s (2.64-2.80 s, torch 1.08-1.67 s);
+* 176 MB dump.json collected in 4.0 s (4.1 s CPU), peak RSS 469 MiB (12.6 s, 671 MiB);
+* statistics dump: first step 1.50x (1.55x), steady 1.74x (1.75x); the step summarises 1000 MB, of which the
+  one-pass loop reads 550 MB (602 MB) at 6.8 GB/s of dumper CPU time, beside a measured memory read bandwidth
+  of 8.5 GB/s; the bare steady step is 152 ms;
+* tensor dump: steady 2.66x, bare 161 ms, dumped 422 ms (3.81x before, when the bare steps ran beside the
+  writer's files and the kernel's writeback of them; now each bare step starts after both); first step 3.16x.
 
-Checker figures, one worker, on the bf16 tensor dump of one step (401 entries, 1008 MB), CPU time of the whole
-run (user + sys, the wall time on this shared machine was 3-5x that) with the bytecode cache on: 14.0 s and 11.6 s
-before the tensor files were read once and the metric pass lost its unused work, 11.1 s and 9.7 s after, at a load
-average of 6-7.5 (the same CSV bytes). On a quiet machine (load 1.2) the run took 12.1 s wall with one worker and
-15.0 s with ``-n 2`` before. Where one worker's CPU time goes (about 10 s): start-up to the first item 2 s
-(``import torch`` 1.5 s), the metric pass 2.3 s (205 M elements, numpy), the bench side 1.3 s, reading the
-tensor files 0.9 s (0.7 s after), the device side 0.4 s, pytest's own per-item work 0.5 s, and 1 s after the
-last item (pytest's final garbage collections, interpreter teardown). With ``-n 2`` the controller and both
-workers each pay the start-up, and the controller waits for the workers' interpreter teardown.
+Where the checker's time went and what took it out (one worker, 1000 MB dump): the metric pass 2.3-2.5 s of
+numpy became about 0.9 s (a compiled fused pass per chunk, precision/native_metrics.py, numpy's bits checked at
+load); torch's first ``backward(grad)`` imported torch.fx's symbolic shapes and sympy (about 0.35-0.7 s), now the
+gradient goes straight to autograd's engine when it plainly fits; the bench's raised inputs are made in one
+cast, not a clone and a cast; the device side takes inputs built for its call without a copy; the garbage
+collector no longer walks torch's and the run's long-lived objects between items, in pytest's final
+collections or at interpreter exit (``gc.freeze``, about 0.2 s a process); a dump's tensor directory is resolved
+once per process. What remains of one worker's 3.9 s: python, pytest and its plugins 0.3 s, ``import torch``
+1.1-1.3 s, the calls about 2.3 s (bench and device 1.1 s, metrics 0.9 s, reading 1000 MB of tensor files 0.5 s,
+fidelity 0.2 s), exit 0.2 s.
 
-All figures on a quiet machine (load 0.6-1.2), bytecode cache on, after the work above, the dealt first
-distribution (pytest_msprobe/schedule.py) and a controller that no longer imports torch before starting its
-workers (a CPU build of torch tells from its version file that it has no GPU): import torch 1.08-1.67 s, first
-item after 2.64-2.80 s, one worker 8.27-8.38 s, ``-n 2`` 7.13 s (0.86x of one worker; 10.54 s, 1.26x, before the
-controller change); statistics first step 1.55x, steady 1.75x (the step summarises 1000 MB, of which the
-one-pass loop read 602 MB, 550 MB since inputs and views are reused), tensor steady 3.81x (3.11x CPU);
-the 176 MB dump.json collected in 12.6 s (12.7 s CPU), peak RSS 671 MiB.
+Collection of the 176 MB dump.json: ``--collect-only`` no longer imports torch or numpy; the cases and items of
+a large dump are frozen for the garbage collector; pytest's fixture reordering is left out for a collection
+with no parametrized item (it returns such a list unchanged); the loader's scan matches plain keys in one step.
+What remains: json's C scanner checking the text about 1.7 s, grouping the entries into cases 0.5 s, pytest's
+own per-item work about 2 s.
+
+Statistics dump: statistics are reused for an API call's inputs and for views of a tensor already summarised
+when nothing wrote its storage since (dumpers/torch_dump/statcache.py; 602 -> 550 MB read per step, below this
+machine's noise in the ratio). What remains: the one-pass loop (about 80 ms, bf16 data in float64 lanes that
+keep the same bits on every CPU, close to the memory bandwidth for tensors out of cache) and the Python side of
+about 300 calls and 1000 tensors (about 50 ms), against a 152-166 ms bare step: 1.7-1.8x.
 
 The bytecode cache matters: with ``PYTHONDONTWRITEBYTECODE`` set every run compiles and assertion-rewrites the
-plugin's modules again (about 4 s of CPU time on this machine); the figures above are with the cache on.
-
-Collection of the 200 MB dump.json (``--collect-only -q``, bytecode cache on), before the entries were parsed and
-checked only when their call needs them: 43.3 s and 44.0 s wall (42.1 s and 43.0 s CPU), peak RSS 1011 MiB, at a
-load average of 3.5; after: 11.6 s and 13.2 s wall (10.9 s and 12.7 s CPU) at 3.5-3.7, 11.0 s (11.2 s CPU) at
-1.6, peak RSS 671 MiB. Of that CPU time about 4 s is the loader (checking the text with json's C scanner alone is
-2-3 s), the rest pytest's own work for 119 k items (making them, ordering, printing, its final garbage
-collections). Time to the first item on the tensor dump did not move with this (+0.9 to +1.0 s over
-``import torch`` before and after, load 2-3.5): its 265 calls load in milliseconds either way; what remains is
-pytest's and its plugins' start-up (about 0.4 s), torch's first ``backward`` with a gradient importing
-``torch.fx.experimental.symbolic_shapes`` and sympy (about 0.35 s) and the plugin's own start-up (about 0.15 s).
-Then ``--collect-only`` stopped importing torch (it checks the device without taking it, 1.5-3 s), the cases and
-items of a dump of 5000 calls or more are frozen for the garbage collector once made (its passes over them, and
-pytest's final ones, cost 2-3 s), pytest's fixture reordering is left out for a collection with no parametrized
-item (about 1 s), and the loader reads a plain member in one match and splits its key without a regex. This
-benchmark now: 4.5 s and 4.6 s wall (4.3 s and 4.4 s CPU), peak RSS 469 MiB, at a load average of 3.1.
-Interleaved with the code before (the same output to the byte): 5.1-5.7 s wall (5.0-5.5 s CPU) against
-10.8-14.4 s (10.5-14.5 s CPU) at a load of 2.9, 7.3-8.0 s (4.6-4.9 s CPU) against 14.0-18.7 s (9.1-11.3 s CPU)
-at 4.5-5; peak RSS 480 MiB against 687 MiB. Of the 4.3 s about 1.7 s is json's C scanner checking the text (the
-floor of a check that builds each value), 0.5 s grouping the entries into cases, 0.2 s reading the file, and 2 s
-pytest's own work for the 119 k items (making them, the per-item hooks, listing them). Time to the first item on
-the tensor dump is unchanged (2.2-2.6 s against 2.0-2.8 s before, ``import torch`` 1.5-2.0 s, load 3.2; nothing
-is frozen below 5000 cases).
+plugin's modules again (about 4 s of CPU time on this machine); the figures above are with the cache on. The
+first run of a user also compiles the two C kernels (about 5-10 s), kept in ``$MSPROBE_CACHE_DIR``.
 
     python benchmarks/real_workload.py [--workdir DIR] [--steps 6] [--runs 2] [--skip-huge]
 """
