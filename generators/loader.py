@@ -377,15 +377,8 @@ def _group_calls(path: str, pairs: list, duplicated: set) -> tuple:
             if call is not None:        # its other direction: the call and its name are known
                 raw = raw_names.get(call.name)
                 if raw != call_name:
-                    call.problems.append(f"entries {raw!r} and {call_name!r} both print as {call.name!r}; "
-                                         "the call is ambiguous: rename one of them")
-                if key in duplicated:
-                    call.problems.append(f"entry {key!r} appears more than once in {path}; the entry is "
-                                         "ambiguous: remove the duplicate")
-                if direction == fmt.BACKWARD:
-                    call.backward, call.has_backward = entry, True
-                else:
-                    call.forward, call.has_forward = entry, True
+                    call.problems.append(_ambiguous(raw, call_name, call.name))
+                _attach(call, key, entry, direction, key in duplicated, path)
                 continue
             rest, dot, index = call_name.rpartition(".")
             prefix, dot_api, api = rest.partition(".")
@@ -414,21 +407,29 @@ def _group_calls(path: str, pairs: list, duplicated: set) -> tuple:
             call = calls[name] = _Call(name, prefix, api, index)
             raw_names[name] = call_name
         elif raw_names.get(name) != call_name:
-            call.problems.append(f"entries {raw_names.get(name)!r} and {call_name!r} both print as "
-                                 f"{name!r}; the call is ambiguous: rename one of them")
+            call.problems.append(_ambiguous(raw_names.get(name), call_name, name))
         if plain:
             by_raw[call_name] = call
         if kind == fmt.KIND_JIT:
             call.problems.append(f"{key}: a Jit entry is a whole jitted function, which cannot be replayed "
                                  "as one API call")
-        if key in duplicated:
-            call.problems.append(f"entry {key!r} appears more than once in {path}; the entry is ambiguous: "
-                                 "remove the duplicate")
-        if direction == fmt.BACKWARD:
-            call.backward, call.has_backward = entry, True
-        else:
-            call.forward, call.has_forward = entry, True
+        _attach(call, key, entry, direction, key in duplicated, path)
     return list(calls.values()), excluded
+
+
+def _ambiguous(raw: Any, call_name: str, name: str) -> str:
+    return f"entries {raw!r} and {call_name!r} both print as {name!r}; the call is ambiguous: rename one of them"
+
+
+def _attach(call: Any, key: str, entry: Any, direction: str, duplicated: bool, path: str) -> None:
+    """One entry of a call: its forward or backward (and the problem of a key the file holds twice)."""
+    if duplicated:
+        call.problems.append(f"entry {key!r} appears more than once in {path}; the entry is ambiguous: "
+                             "remove the duplicate")
+    if direction == fmt.BACKWARD:
+        call.backward, call.has_backward = entry, True
+    else:
+        call.forward, call.has_forward = entry, True
 
 
 def _labels(files: list) -> list:

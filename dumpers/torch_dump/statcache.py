@@ -87,7 +87,7 @@ def written_tensors(api: str, args: tuple, kwargs: dict, collective: bool = Fals
     return found
 
 
-def _dense_block(t: torch.Tensor) -> bool:
+def dense_block(t: torch.Tensor) -> bool:
     """The elements fill one block of numel slots from ``data_ptr()`` in some order of the dimensions."""
     if t.is_contiguous():
         return True
@@ -150,7 +150,7 @@ class StatCache:
 
     def _block_key(self, t: torch.Tensor, owner: torch.Tensor) -> Optional[tuple]:
         """``(id(owner), data_ptr, numel, dtype)`` of a tensor whose elements fill one block, else None."""
-        if t.dim() == 0 or t.is_neg() or t.is_conj() or not (t.is_contiguous() if self.md5 else _dense_block(t)):
+        if t.dim() == 0 or t.is_neg() or t.is_conj() or not (t.is_contiguous() if self.md5 else dense_block(t)):
             return None
         return (id(owner), t.data_ptr(), t.numel(), t.dtype)
 

@@ -19,7 +19,7 @@ import torch
 from dumpers import format as fmt
 from dumpers import jsonfast
 from dumpers.torch_dump import fastreduce
-from dumpers.torch_dump.statcache import FINITE, StatCache
+from dumpers.torch_dump.statcache import FINITE, StatCache, dense_block
 
 
 
@@ -77,18 +77,6 @@ _NUMPY_MINMAX = frozenset((torch.float32, torch.float64, torch.int64, torch.int3
                            torch.uint8))
 
 
-def _permuted_dense(t: torch.Tensor) -> bool:
-    """The elements fill one block of numel slots from ``data_ptr()`` in some order of the dimensions."""
-    expected = 1
-    for stride, size in sorted(zip(t.stride(), t.shape)):
-        if size == 1:
-            continue
-        if stride != expected:
-            return False
-        expected *= size
-    return True
-
-
 def _cpu_numbers(t: torch.Tensor, kind: str) -> list:
     """The statistics of a CPU tensor as Python numbers, computed now (no later sync to save on the host).
 
@@ -100,7 +88,7 @@ def _cpu_numbers(t: torch.Tensor, kind: str) -> list:
     # a permuted dense tensor (a transpose) covers exactly numel slots from data_ptr(): its statistics
     # do not depend on the order of its elements
     one_pass = kind == "float" and t.dtype in _ONE_PASS and not t.is_neg() \
-        and (t.is_contiguous() or _permuted_dense(t))
+        and dense_block(t)
     if one_pass:
         numbers = fastreduce.summarize_memory(t.data_ptr(), t.numel(), _ONE_PASS[t.dtype])
         if numbers is not None:
