@@ -12,6 +12,20 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+ENVIRONMENT = (
+    ("MSPROBE_CACHE_DIR", "where the compiled C kernels (the dumper's statistics, the checker's metric pass) are "
+     "kept, once per user (default `$XDG_CACHE_HOME/pytest-msprobe` or `~/.cache/pytest-msprobe`; it must be "
+     "writable by the user alone)"),
+    ("MSPROBE_METRICS_NATIVE", "`0`: the checker's metric pass runs on numpy only (the same numbers; "
+     "docs/precision-standard.md)"),
+    ("MSPROBE_DUMP_JIT", "`0`: the dumper's statistics use the plain torch/numpy reductions, no compiled loop "
+     "(docs/dump.md)"),
+    ("MSPROBE_DUMP_STAT_CACHE", "`0`: the dumper computes the statistics of every tensor it records, none reused "
+     "(the same dump bytes; docs/dump.md)"),
+    ("MSPROBE_DUMP_WRITER", "`thread`: the tensor task's files are written by a thread of the training process "
+     "instead of a writer process (docs/dump.md)"),
+)
 TARGET = os.path.join(ROOT, "docs", "options.md")
 
 
@@ -55,7 +69,9 @@ def render() -> str:
     out += ["", "## Hooks", "",
             "`pytest_msprobe_register_devices(registry)`: implement it in a conftest or plugin and call "
             "`registry.register(backend)` to add a device backend; select it with `--msprobe-device-type NAME`.",
-            "", "## `pytest-msprobe` subcommands", ""]
+            "", "## Environment variables", "", "| variable | what it does |", "|---|---|"]
+    out += [f"| `{name}` | {text} |" for name, text in ENVIRONMENT]
+    out += ["", "## `pytest-msprobe` subcommands", ""]
     for name in cli.SUBCOMMANDS:
         text = cli.build_parser(name).format_help()
         out += [f"### {name}", "", "```text", text.rstrip().replace(os.path.expanduser("~"), "~"), "```", ""]

@@ -42,3 +42,16 @@ def test_index_lists_every_page():
     pages = {p.name for p in DOCS.glob("*.md")} - {"index.md"}
     missing = sorted(p for p in pages if f"({p})" not in index)
     assert not missing, f"pages not in docs/index.md: {missing}"
+
+
+def test_every_environment_variable_the_code_reads_is_in_the_reference():
+    """An ``MSPROBE_*`` variable read through os.environ anywhere in the packages has its row in docs/options.md."""
+    read = set()
+    for package in ("pytest_msprobe", "dumpers", "generators"):
+        for path in (ROOT / package).rglob("*.py"):
+            read |= set(re.findall(r"environ(?:\.get)?\(\s*[\"'](MSPROBE_[A-Z0-9_]+)", path.read_text()))
+            read |= set(re.findall(r"environ\[\s*[\"'](MSPROBE_[A-Z0-9_]+)", path.read_text()))
+    assert read, "no variable found: the pattern no longer matches how the code reads them"
+    reference = (ROOT / "docs" / "options.md").read_text()
+    missing = sorted(name for name in read if f"| `{name}` |" not in reference)
+    assert not missing, f"add them to ENVIRONMENT in scripts/gen_options_doc.py: {missing}"
