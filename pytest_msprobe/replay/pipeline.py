@@ -108,9 +108,10 @@ def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, optio
         device, skips = recorded_side(adapter, call, bench, rec.load(case, options, required=True))
     else:
         # device: same values, own dtype, moved by the backend; backward only where the bench ran one
+        read_after = not owned or bool(options.error_data_dir)     # the caller's, or saved as error data
         try:
             device = run_side(adapter, call, DEVICE, None, backend, index, bench.backward_ran,
-                              clone=not (owned and not options.error_data_dir) and not backend.copies_inputs)
+                              clone=read_after and not backend.copies_inputs)
         except Exception as exc:  # noqa: BLE001 - reported as the API's SKIP reason
             raise adapter.failure(DEVICE, exc, backend) from None
         recording = rec.load(case, options, required=False) if mode == REAL_DATA else None
