@@ -19,6 +19,7 @@ from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, is_api_item, settle
 from .settings import Settings, add_options
 
 CONTROLLER_KEY = pytest.StashKey["Any"]()
+FORK_SERVER_KEY = pytest.StashKey["Any"]()
 
 
 def pytest_addhooks(pluginmanager: Any) -> None:
@@ -27,6 +28,24 @@ def pytest_addhooks(pluginmanager: Any) -> None:
 
 def pytest_addoption(parser: Any) -> None:
     add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: Any, parser: Any, args: list) -> None:
+    """As early as the options are known: a run with local xdist workers starts its fork server, so that it
+    imports what every worker needs while the controller is still starting (:mod:`.forkserver`)."""
+    if getattr(early_config.known_args_namespace, "msprobe_api_info", None):
+        _start_fork_server(early_config, early_config.known_args_namespace)
+
+
+def _start_fork_server(config: Any, option: Any, controller: bool = False) -> Any:
+    from . import forkserver
+    server = config.stash.get(FORK_SERVER_KEY, None)
+    if server is None and forkserver.wanted(option, controller):
+        server = forkserver.ForkServer.start(forkserver.loaded_modules(), config.pluginmanager.rewrite_hook)
+        if server is not None:
+            config.stash[FORK_SERVER_KEY] = server
+    return server
 
 
 def _usage(prefix: str, fn: Callable[[], Any], errors: tuple = (ValueError, OSError)) -> Any:
@@ -83,6 +102,10 @@ def pytest_configure(config: Any) -> None:
         done, timestamp = (plan.done, plan.timestamp) if plan else (set(), "")
         lastfailed = plan.lastfailed if plan else read_lastfailed(config)
     sess.begin(timestamp)
+    server = _start_fork_server(config, config.option, controller=True) if workerinput is None else None
+    if server is not None:              # what a worker imports to run its calls, then it may fork them
+        server.send(sess.worker_modules())
+        server.ready()
     selection = Selection(settings, is_api_item=is_api_item, done=done, baseline_failing=baseline,
                           baseline=(workerinput or {}).get("msprobe_baseline"),
                           lastfailed=lastfailed if getattr(config, "cache", None) is not None else None,
@@ -94,7 +117,7 @@ def pytest_configure(config: Any) -> None:
     config.pluginmanager.register(LastFailedGuard(selection), "msprobe-lastfailed-guard")
     if plan is not None:
         from .controller import NAME, Controller
-        controller = _usage("pytest-msprobe", lambda: Controller.for_session(config, sess, plan, baseline))
+        controller = _usage("pytest-msprobe", lambda: Controller.for_session(config, sess, plan, baseline, server))
         config.stash[CONTROLLER_KEY] = controller
         config.pluginmanager.register(controller, NAME)
 
@@ -109,6 +132,10 @@ def _set_args(config: Any, files: list) -> None:
 
 
 def pytest_unconfigure(config: Any) -> None:
+    server = config.stash.get(FORK_SERVER_KEY, None)
+    if server is not None:
+        del config.stash[FORK_SERVER_KEY]
+        server.close()
     sess = config.stash.get(SESSION_KEY, None)
     if sess is not None:
         sess.close()

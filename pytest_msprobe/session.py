@@ -112,6 +112,19 @@ class CheckSession:
             torch.set_num_threads(before)
             self._threads_before = None
 
+    def worker_modules(self) -> list:
+        """What a worker of this run imports before its first call: the replay machinery and, for PyTorch
+        dumps, torch (a fork server imports these once for all local workers; MindSpore is left to each
+        worker, it is not imported before a fork)."""
+        names = ["numpy", "pytest_msprobe.session", "pytest_msprobe.replay", "pytest_msprobe.precision.compare",
+                 "pytest_msprobe.precision.metrics_engine", "generators.real_data", "generators.recorded"]
+        frameworks = {cases[0].framework for cases in (self._cases or {}).values() if cases}
+        if "pytorch" in frameworks:
+            names += ["torch", "pytest_msprobe.replay.torch_adapter", "pytest_msprobe.devices.torch_backends"]
+        if self.settings.random:
+            names.append("hypothesis")
+        return names
+
     # --- running ----------------------------------------------------------------------------------------
     def _plugin_args(self) -> list:
         """The ``-p NAME`` plugins of this run (a reproduce command needs the same backend plugins)."""

@@ -1,0 +1,493 @@
+"""Local xdist workers forked from one process that has already imported what every worker imports.
+
+Each plain local xdist worker (``-n N``, ``--tx popen``) is a fresh interpreter that imports pytest, its plugins,
+torch and the checker before its first item: about 1.5 s of CPU per worker, paid N times on the same cores that
+then run the calls. A run's controller instead starts one *fork server* as early as it can: a process that
+imports all of that once (without running anything) and forks a worker for each gateway xdist opens.
+
+How a worker is made: xdist starts each local gateway with the command ``python -u -c BOOTSTRAP``; the
+controller sets that command's interpreter (execnet's ``python=`` key of the spec) to this file run as a
+script, the *client*. The client connects to the server's socket (in a directory only the user can enter),
+waits until the server is ready, hands it its standard streams, working directory, environment and
+arguments, and then stays as the process xdist started: it passes on SIGTERM and SIGHUP, and exits with the
+worker's status. The server forks; the child takes the streams, directory and environment, runs
+``BOOTSTRAP`` as ``python -u -c`` would, and ends as an interpreter ends (threads joined, ``atexit``
+handlers, streams flushed). execnet and xdist then talk to it through the same pipes as to any worker.
+
+Whatever goes wrong falls back to what xdist does without it: a client that cannot reach a server that is
+ready (none, dead, stuck past :data:`READY_TIMEOUT`, or one that declines the arguments) runs the plain
+interpreter with the same arguments. The server lives as long as its pipe from the controller: it ends
+when the controller closes it or dies. Only Linux (fork, and file descriptors passed over a Unix socket);
+``MSPROBE_FORK_WORKERS=0`` turns it off.
+
+This module imports only the standard library, so that the client starts in a few milliseconds
+(``python -S -I forkserver.py``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+
+ENV_SWITCH = "MSPROBE_FORK_WORKERS"     # "0": every worker starts as a fresh interpreter
+READY_TIMEOUT = 120.0                   # seconds a client waits for the server to finish its imports
+_INT = struct.Struct("!i")
+_SUPPORTED_FLAGS = {"-u", "-B"}         # the interpreter flags execnet puts before -c
+
+
+def available() -> bool:
+    """Whether this platform can fork workers from a server (Linux with fork and fd passing)."""
+    return (sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(socket, "send_fds")
+            and hasattr(socket, "AF_UNIX") and os.environ.get(ENV_SWITCH, "1").strip() != "0")
+
+
+# --- the controller's side ---------------------------------------------------------------------------------
+def wanted(option: object, controller: bool = False) -> bool:
+    """Whether a run with these (possibly only early-parsed) options starts local xdist workers that a
+    server should fork: an msprobe check run with ``-n N`` or ``--tx popen``, not ``--collect-only`` (its
+    workers never import torch), on a platform that can (:func:`available`), in a controller. Before pytest
+    has told (``controller`` False), a process with ``PYTEST_XDIST_WORKER`` set counts as a worker, though
+    a run started inside a worker inherits it: that one's server starts when the controller is known."""
+    if not getattr(option, "msprobe_api_info", None) or getattr(option, "collectonly", False):
+        return False
+    if not available() or (not controller and os.environ.get("PYTEST_XDIST_WORKER")):
+        return False
+    workers = getattr(option, "numprocesses", None)
+    return bool(workers) or any(_plain_popen(str(t)) for t in getattr(option, "tx", None) or ())
+
+
+def _plain_popen(tx: str) -> bool:
+    """``popen`` or ``3*popen//env:X=1`` (a local interpreter of xdist's choice), not ``python=``/``via=``."""
+    count, star, rest = tx.partition("*")
+    keys = [part.partition("=")[0] for part in (rest if star and count.isdigit() else tx).split("//")]
+    return "popen" in keys and "python" not in keys and "via" not in keys
+
+
+PYTEST_STACK = ("pytest", "_pytest", "pluggy", "execnet", "iniconfig", "packaging")
+
+
+def loaded_modules() -> list:
+    """The modules of pytest, pluggy and execnet this process has imported so far, in import order: every
+    worker imports them while pytest starts (with the standard-library modules they pull in). Plugins are not
+    among them: pytest rewrites their asserts as it imports them (:func:`preloadable`)."""
+    return [name for name in list(sys.modules) if name.partition(".")[0] in PYTEST_STACK]
+
+
+def preloadable(names: list, rewrite_hook: object) -> list:
+    """``names`` less the modules pytest rewrites for assertions when they are imported (those of pytest
+    plugins' distributions, ``pytest.register_assert_rewrite``): a worker must import those itself."""
+    marked = tuple(getattr(rewrite_hook, "_must_rewrite", None) or ())
+    return [n for n in names if not any(n == m or n.startswith(m + ".") for m in marked)]
+
+
+class ForkServer:
+    """The controller's handle on its fork server: its socket, its pipe (its lifeline) and its log."""
+
+    def __init__(self, directory: str, proc: object, log_path: str, rewrite_hook: object = None) -> None:
+        self.directory = directory
+        self.rewrite_hook = rewrite_hook    # pytest's assertion rewriter: what it rewrites is not preloaded
+        self.socket_path = os.path.join(directory, "s")
+        self.proc = proc
+        self.log_path = log_path
+        self.used = 0                   # gateways handed to it
+
+    @classmethod
+    def start(cls, modules: list, rewrite_hook: object = None) -> ForkServer | None:
+        """Start a server that imports ``modules`` (names; what fails to import, and what ``rewrite_hook``
+        rewrites, is left to the workers). None where it cannot start (the run goes on with plain workers)."""
+        import subprocess
+        import tempfile
+        directory = tempfile.mkdtemp(prefix="msprobe-fork-")     # mode 0700: only this user reaches the socket
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        log_path = os.path.join(directory, "server.log")
+        try:
+            listener.bind(os.path.join(directory, "s"))
+            listener.listen(64)
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(        # this file, not the package: the server imports only what
+                    [sys.executable, os.path.abspath(__file__), "--serve", str(listener.fileno())],   # it is sent
+                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                    pass_fds=[listener.fileno()], close_fds=True)
+        except OSError:
+            listener.close()
+            _remove(directory)
+            return None
+        listener.close()                # the server holds it now: if the server dies, clients are refused
+        server = cls(directory, proc, log_path, rewrite_hook)
+        server.send(modules)
+        return server
+
+    def send(self, modules: list) -> None:
+        """More modules for the server to import before it forks (one JSON line on its pipe)."""
+        if modules:
+            modules = preloadable(list(modules), self.rewrite_hook)
+            if not modules:
+                return
+        try:
+            self.proc.stdin.write((json.dumps(list(modules)) + "\n").encode())
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            pass                        # a server that died: its clients fall back
+
+    def ready(self) -> None:
+        """No more modules: the server forks workers from now on."""
+        self.send([])
+
+    def command(self) -> str:
+        """The ``python=`` value of an execnet spec whose worker this server forks."""
+        import shlex
+        return " ".join(shlex.quote(p) for p in (sys.executable, "-S", "-I", os.path.abspath(__file__),
+                                                 self.socket_path))
+
+    def adopt(self, specs: list) -> int:
+        """Point every plain local popen spec (no ``python=``, no ``via=``) at this server; how many."""
+        n = 0
+        for spec in specs:
+            if getattr(spec, "popen", None) and not getattr(spec, "python", None) and \
+                    not getattr(spec, "via", None):
+                spec.python = self.command()
+                n += 1
+        self.used += n
+        return n
+
+    def failure(self) -> str:
+        """Why the server ended early (the last line of its log), or "" while it serves or after a clean end."""
+        rc = self.proc.poll()
+        if rc in (0, None):
+            return ""
+        try:
+            with open(self.log_path, "rb") as fh:
+                lines = fh.read()[-4000:].decode("utf-8", "replace").strip().splitlines()
+        except OSError:
+            lines = []
+        return lines[-1] if lines else f"exit status {rc}"
+
+    def close(self) -> None:
+        """End the server (closing its pipe) and remove its directory."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired: it is stuck, it goes
+            self.proc.kill()
+            self.proc.wait()
+        _remove(self.directory)
+
+
+def _remove(directory: str) -> None:
+    import shutil
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+# --- the server --------------------------------------------------------------------------------------------
+def _preload(modules: list) -> None:
+    import importlib
+    for name in modules:
+        if isinstance(name, str) and name and name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except BaseException:  # noqa: BLE001 - a worker imports it again and reports its own error
+                pass
+
+
+def _read_line(fd: int, buf: bytearray) -> bytes | None:
+    """One line from the controller's pipe (None at its end), without reading past it."""
+    while b"\n" not in buf:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return None
+        buf += chunk
+    line, _, rest = bytes(buf).partition(b"\n")
+    buf[:] = rest
+    return line
+
+
+def serve(fd: int) -> None:
+    """The fork server (this file run by :meth:`ForkServer.start`); ends the process when done, without
+    tearing down what it imported (nothing of it needs saving)."""
+    sys.path[0] = ""                # as for ``python -c``, the workers' command, not this file's directory
+    status = 0
+    try:
+        _serve(fd)
+    except BaseException:  # noqa: BLE001 - reported through the log; the clients fall back
+        import traceback
+        traceback.print_exc()
+        status = 1
+    finally:
+        sys.stderr.flush()
+        os._exit(status)
+
+
+def _serve(fd: int) -> None:
+    import gc
+    listener = socket.socket(fileno=fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C is for the controller and the workers
+    buf = bytearray()
+    while True:                     # module lists until an empty one: then every worker is forked ready
+        line = _read_line(0, buf)
+        if line is None:
+            return                  # the controller ended before any worker started
+        modules = json.loads(line or b"[]")
+        if not modules:
+            break
+        _preload(modules)
+    gc.collect()
+    gc.freeze()                     # the imported objects are shared with every child, untouched
+    import threading
+    if threading.active_count() != 1:
+        raise RuntimeError(f"{threading.active_count()} Python threads after the imports: forking beside them is "
+                           "not safe, workers start plain")
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    children: dict = {}             # pid -> the client's connection (it waits for the exit status)
+    lifeline = True
+    while lifeline or children:
+        watch = [wake_r] + ([0, listener] if lifeline else [])
+        readable, _, _ = select.select(watch, [], [], None if lifeline else 1.0)
+        if wake_r in readable:
+            _drain(wake_r)
+        _reap(children)
+        if lifeline and 0 in readable and not os.read(0, 65536):
+            lifeline = False        # the controller is done (or gone): no new workers
+            listener.close()
+        if lifeline and listener in readable:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            _serve_one(conn, listener, children, (wake_r, wake_w))
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _reap(children: dict) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = children.pop(pid, None)
+        if conn is not None:
+            try:
+                conn.sendall(_INT.pack(status))
+            except OSError:
+                pass
+            conn.close()
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            raise EOFError("client went away")
+        data += chunk
+    return bytes(data)
+
+
+def _serve_one(conn: socket.socket, listener: socket.socket, children: dict, wake: tuple) -> None:
+    """Take one client's request and fork its worker (or decline it: the client starts a plain one)."""
+    fds: list = []
+    try:
+        conn.settimeout(30)
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        if struct.unpack("3i", creds)[1] != os.getuid():
+            conn.close()
+            return
+        conn.sendall(b"R")
+        head, fds, _, _ = socket.recv_fds(conn, 4, 3)
+        if not head or len(fds) != 3:
+            raise EOFError("incomplete request")
+        size = _INT.unpack(head + _recv_exact(conn, 4 - len(head)))[0]
+        request = json.loads(_recv_exact(conn, size))
+        code, flags, rest = _parse_args(request.get("argv") or [])
+        if code is None:
+            conn.sendall(_INT.pack(-1))     # arguments this server cannot honour
+            raise EOFError("declined")
+        pid = os.fork()
+        if pid == 0:
+            _child(fds, request, code, flags, rest, [listener, conn, *children.values()], wake)  # never returns
+        conn.sendall(_INT.pack(pid))
+        children[pid] = conn
+    except (OSError, EOFError, ValueError):
+        conn.close()
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _parse_args(argv: list) -> tuple:
+    """(code, flags, args) of ``[flags...] -c CODE [args...]``; (None, None, None) for anything else."""
+    flags = set()
+    for i, arg in enumerate(argv):
+        if arg == "-c" and i + 1 < len(argv):
+            return argv[i + 1], flags, list(argv[i + 2:])
+        if arg not in _SUPPORTED_FLAGS:
+            break
+        flags.add(arg)
+    return None, None, None
+
+
+def _child(fds: list, request: dict, code: str, flags: set, rest: list, inherited: list, wake: tuple) -> None:
+    """In the forked worker: become ``python -u -c CODE`` in the client's place; ends the process."""
+    import io
+    import types
+    status = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for obj in inherited:
+            obj.close()
+        for fd in wake:
+            os.close(fd)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in fds:
+            os.close(fd)
+        fds.clear()
+        os.chdir(request["cwd"])
+        env = request.get("env") or {}
+        os.environ.clear()
+        os.environ.update(env)
+        sys.dont_write_bytecode = "-B" in flags or sys.dont_write_bytecode
+        enc = sys.stdout.encoding if sys.stdout else "utf-8"
+        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=enc)
+        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=enc,
+                                                       write_through=True)
+        sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=enc,
+                                                       errors="backslashreplace", write_through=True)
+        sys.argv = ["-c", *rest]
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:           # as in a fresh process: its own seed for numpy's global generator
+            numpy.random.seed()
+        main = types.ModuleType("__main__")
+        sys.modules["__main__"] = main
+        try:
+            exec(compile(code, "<string>", "exec"), main.__dict__)     # noqa: S102 - xdist's own bootstrap
+            status = 0
+        except SystemExit as exc:
+            status = _exit_status(exc.code)
+        except BaseException:  # noqa: BLE001 - as the interpreter reports an uncaught exception
+            sys.excepthook(*sys.exc_info())
+            status = 1
+        _shut_down()
+    finally:
+        os._exit(status)
+
+
+def _exit_status(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _shut_down() -> None:
+    """What the interpreter does at its end, short of tearing down modules: threads, atexit, streams."""
+    import atexit
+    import threading
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        try:
+            shutdown()
+        except BaseException:  # noqa: BLE001
+            pass
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+# --- the client --------------------------------------------------------------------------------------------
+def _client(argv: list) -> None:
+    """The process xdist starts for a gateway: the server's worker in its place, or the plain interpreter."""
+    path, args = argv[0], argv[1:]
+
+    def plain() -> None:
+        os.execv(sys.executable, [sys.executable, *args])
+
+    try:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(READY_TIMEOUT)
+        conn.connect(path)
+        if conn.recv(1) != b"R":
+            raise EOFError
+        body = json.dumps({"argv": args, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+        socket.send_fds(conn, [_INT.pack(len(body))], [0, 1, 2])
+        conn.sendall(body)
+        pid = _INT.unpack(_recv_exact(conn, 4))[0]
+    except (OSError, EOFError, ValueError):
+        plain()
+        return
+    if pid <= 0:
+        plain()
+        return
+    devnull = os.open(os.devnull, os.O_RDWR)    # the pipes are the worker's: their ends close with it
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: _forward(pid, signum))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the terminal's Ctrl-C reaches the worker itself
+    conn.settimeout(None)
+    try:
+        status = _INT.unpack(_recv_exact(conn, 4))[0]
+    except (OSError, EOFError):
+        while _alive(pid):          # the server went away first: wait for the worker itself
+            select.select([], [], [], 0.2)
+        sys.exit(1)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:                    # killed by a signal: end the same way
+        try:
+            signal.signal(-code, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass                    # SIGKILL, SIGSTOP: no handler to reset
+        os.kill(os.getpid(), -code)
+    sys.exit(code if code >= 0 else 1)
+
+
+def _forward(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:
+        serve(int(sys.argv[2]))
+    else:
+        _client(sys.argv[1:])

@@ -1,0 +1,184 @@
+"""Local xdist workers forked from the fork server: the same results as fresh workers, and a plain start
+whenever the server cannot serve (real server processes, real xdist runs)."""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_msprobe import forkserver
+from pytest_msprobe.forkserver import ForkServer
+
+pytestmark = pytest.mark.skipif(not forkserver.available(), reason="forking workers needs Linux")
+
+DATA = Path(__file__).parent / "data"
+
+
+def _client(server: ForkServer, code: str, **kw) -> subprocess.CompletedProcess:
+    """What xdist runs for a gateway whose spec the server adopted: ``<python=...> -u -c CODE``."""
+    return subprocess.run(shlex.split(server.command()) + ["-u", "-c", code], capture_output=True, text=True,
+                          timeout=60, **kw)
+
+
+@pytest.fixture
+def server():
+    srv = ForkServer.start(["decimal"])
+    assert srv is not None
+    srv.ready()
+    yield srv
+    srv.close()
+
+
+def test_a_forked_worker_has_the_clients_streams_directory_environment_and_status(server, tmp_path):
+    code = ("import os, sys; print(sys.stdin.readline().strip(), os.getcwd(), os.environ['PROBE'], "
+            "'decimal' in sys.modules, os.getppid(), sys.argv); sys.stderr.write('to stderr'); sys.exit(3)")
+    res = _client(server, code, input="from stdin\n", cwd=tmp_path, env=dict(os.environ, PROBE="here"))
+    assert res.returncode == 3, res.stderr
+    line = res.stdout.split()
+    assert line[:4] == ["from", "stdin", str(tmp_path), "here"]
+    assert line[4] == "True"                        # imported by the server before the fork
+    assert int(line[5]) == server.proc.pid          # forked by the server, not started by the client
+    assert "to stderr" in res.stderr
+    assert res.stdout.rstrip().endswith("['-c']")
+
+
+def test_a_worker_killed_by_a_signal_is_reported_as_killed(server):
+    res = _client(server, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert res.returncode == -signal.SIGKILL
+
+
+def test_an_uncaught_exception_ends_the_worker_as_the_interpreter_would(server):
+    res = _client(server, "import atexit; atexit.register(print, 'at exit'); raise KeyError('boom')")
+    assert res.returncode == 1
+    assert "KeyError: 'boom'" in res.stderr and "Traceback" in res.stderr
+    assert "at exit" in res.stdout                  # atexit handlers run, as at a normal end
+
+
+def test_the_client_starts_a_plain_interpreter_when_there_is_no_server(tmp_path):
+    cmd = [sys.executable, "-S", "-I", forkserver.server.__file__, str(tmp_path / "no-socket"),
+           "-u", "-c", "import os, sys; print(os.getpid(), 'site' in sys.modules)"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=60)
+    pid, site = out.split()
+    assert int(pid) == proc.pid                     # the client became the interpreter (exec), same process
+    assert site == "True"                           # and a normal one: not the client's -S -I
+
+
+def test_arguments_the_server_cannot_honour_get_a_plain_interpreter(server):
+    res = subprocess.run(shlex.split(server.command()) + ["-X", "dev", "-c", "import sys; print(sys.flags.dev_mode)"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.stdout.strip() == "True", res.stderr
+
+
+def test_a_server_that_cannot_fork_safely_says_why_and_its_clients_start_plain(tmp_path, monkeypatch):
+    (tmp_path / "starts_a_thread.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    srv = ForkServer.start(["starts_a_thread"])
+    try:
+        srv.ready()
+        proc = subprocess.Popen(shlex.split(srv.command()) + ["-u", "-c", "import os; print(os.getpid())"],
+                                stdout=subprocess.PIPE, text=True)
+        out, _ = proc.communicate(timeout=60)
+        assert int(out) == proc.pid                 # not forked: the plain interpreter in the client's place
+        srv.proc.wait(timeout=30)
+        assert "Python threads after the imports" in srv.failure()
+    finally:
+        srv.close()
+
+
+def test_the_server_ends_with_its_pipe_and_leaves_nothing_behind():
+    srv = ForkServer.start([])
+    srv.ready()
+    directory = srv.directory
+    assert os.stat(directory).st_mode & 0o077 == 0          # only this user reaches the socket
+    srv.close()
+    assert srv.proc.returncode == 0 and srv.failure() == ""
+    assert not os.path.exists(directory)
+
+
+def test_which_runs_want_a_server(monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv(forkserver.ENV_SWITCH, raising=False)
+
+    def opts(**kw):
+        base = dict(msprobe_api_info="dump.json", collectonly=False, numprocesses=None, tx=[])
+        return argparse.Namespace(**{**base, **kw})
+
+    assert forkserver.wanted(opts(numprocesses=2))
+    assert forkserver.wanted(opts(numprocesses="auto"))
+    assert forkserver.wanted(opts(tx=["2*popen//env:A=1"]))
+    assert not forkserver.wanted(opts())                                    # no workers
+    assert not forkserver.wanted(opts(numprocesses=0))
+    assert not forkserver.wanted(opts(tx=["ssh=node1"]))                    # workers elsewhere
+    assert not forkserver.wanted(opts(tx=["popen//python=python3.12"]))     # an interpreter of the user's
+    assert not forkserver.wanted(opts(numprocesses=2, collectonly=True))    # workers that import no torch
+    assert not forkserver.wanted(opts(numprocesses=2, msprobe_api_info=None))
+    monkeypatch.setenv(forkserver.ENV_SWITCH, "0")
+    assert not forkserver.wanted(opts(numprocesses=2))
+    monkeypatch.delenv(forkserver.ENV_SWITCH)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")      # a worker, or a run started inside one
+    assert not forkserver.wanted(opts(numprocesses=2))
+    assert forkserver.wanted(opts(numprocesses=2), controller=True)     # pytest has told: a controller
+
+
+def test_what_pytest_rewrites_is_not_preloaded():
+    class Hook:
+        _must_rewrite = {"pytest_msprobe", "xdist"}
+
+    names = ["torch", "pytest_msprobe", "pytest_msprobe.replay", "xdist.remote", "xdistrib", "numpy"]
+    assert forkserver.preloadable(names, Hook()) == ["torch", "xdistrib", "numpy"]
+    assert forkserver.preloadable(names, object()) == names                 # --assert=plain: nothing rewritten
+
+
+WORKERS = '''
+import json, os, sys
+
+
+def pytest_configure(config):
+    wi = getattr(config, "workerinput", None)
+    if wi is not None:
+        with open(os.path.join(os.path.dirname(__file__), wi["workerid"] + ".json"), "w") as fh:
+            json.dump({"ppid": os.getppid(), "torch": "torch" in sys.modules}, fh)
+'''
+
+
+def _run(pytester, out: str, fork: bool):
+    env = dict(os.environ, **{forkserver.ENV_SWITCH: "1" if fork else "0"})
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+                           "-W", "error::pytest.PytestAssertRewriteWarning",
+                           "--msprobe-api-info", str(DATA / "mlp_fp32_tensor_L1"), "--msprobe-out", out,
+                           "-n", "2"], cwd=pytester.path, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _rows(out: Path) -> list:
+    rows = []
+    for name in sorted(os.listdir(out)):
+        with open(out / name, newline="") as fh:
+            rows.append((name.split("_2")[0], sorted(map(tuple, csv.reader(fh)))))
+    return rows
+
+
+def test_forked_workers_check_a_real_dump_as_fresh_workers_do(pytester):
+    """The same outcomes and CSV rows with forked and with fresh workers; forked ones start with torch already
+    imported, both children of the one server, and pytest has no module it could not rewrite."""
+    import json
+    pytester.makeconftest(WORKERS)
+    forked = _run(pytester, str(pytester.path / "forked"), fork=True)
+    assert forked.returncode in (0, 1), forked.stdout + forked.stderr
+    info = [json.loads((pytester.path / f"gw{i}.json").read_text()) for i in (0, 1)]
+    assert all(w["torch"] for w in info), info
+    assert info[0]["ppid"] == info[1]["ppid"] != os.getpid(), info
+    fresh = _run(pytester, str(pytester.path / "fresh"), fork=False)
+    info = [json.loads((pytester.path / f"gw{i}.json").read_text()) for i in (0, 1)]
+    assert not any(w["torch"] for w in info), info
+    assert fresh.returncode == forked.returncode
+    assert forked.stdout.splitlines()[-1].split(" in ")[0] == fresh.stdout.splitlines()[-1].split(" in ")[0]
+    assert _rows(pytester.path / "forked") == _rows(pytester.path / "fresh")
