@@ -71,10 +71,25 @@ PYTEST_STACK = ("pytest", "_pytest", "pluggy", "execnet", "iniconfig", "packagin
 
 
 def loaded_modules() -> list:
-    """The modules of pytest, pluggy and execnet this process has imported so far, in import order: every
-    worker imports them while pytest starts (with the standard-library modules they pull in). Plugins are not
-    among them: pytest rewrites their asserts as it imports them (:func:`preloadable`)."""
-    return [name for name in list(sys.modules) if name.partition(".")[0] in PYTEST_STACK]
+    """What every worker imports while pytest starts, as far as this process has imported it: the modules of
+    pytest, pluggy and execnet and those of the standard library (asyncio for an async plugin, say), in
+    import order. Plugins are not among them: pytest rewrites their asserts as it imports them
+    (:func:`preloadable`), and a site-packages module is imported by a plugin or not at all."""
+    import sysconfig
+    paths = sysconfig.get_paths()
+    stdlib = tuple(os.path.join(os.path.realpath(paths[k]), "") for k in ("stdlib", "platstdlib") if paths.get(k))
+    site = tuple(os.path.join(os.path.realpath(p), "") for p in {paths.get("purelib"), paths.get("platlib")} if p)
+    names = []
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] in PYTEST_STACK:
+            names.append(name)
+            continue
+        path = getattr(module, "__file__", None)
+        if name != "__main__" and isinstance(path, str):
+            real = os.path.realpath(path)
+            if real.startswith(stdlib) and not real.startswith(site):
+                names.append(name)
+    return names
 
 
 def preloadable(names: list, rewrite_hook: object) -> list:
