@@ -51,7 +51,7 @@ def test_a_forked_worker_has_the_clients_streams_directory_environment_and_statu
 
 def test_a_worker_killed_by_a_signal_is_reported_as_killed(server):
     res = _client(server, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
-    assert res.returncode == -signal.SIGKILL
+    assert res.returncode == 128 + signal.SIGKILL
 
 
 def test_an_uncaught_exception_ends_the_worker_as_the_interpreter_would(server):
@@ -114,11 +114,12 @@ def test_which_runs_want_a_server(monkeypatch):
 
     assert forkserver.wanted(opts(numprocesses=2))
     assert forkserver.wanted(opts(numprocesses="auto"))
-    assert forkserver.wanted(opts(tx=["2*popen//env:A=1"]))
+    assert forkserver.wanted(opts(tx=["2*popen//dont_write_bytecode"]))
     assert not forkserver.wanted(opts())                                    # no workers
     assert not forkserver.wanted(opts(numprocesses=0))
     assert not forkserver.wanted(opts(tx=["ssh=node1"]))                    # workers elsewhere
     assert not forkserver.wanted(opts(tx=["popen//python=python3.12"]))     # an interpreter of the user's
+    assert not forkserver.wanted(opts(tx=["popen//env:OMP_NUM_THREADS=4"])) # set before numpy's import
     assert not forkserver.wanted(opts(numprocesses=2, collectonly=True))    # workers that import no torch
     assert not forkserver.wanted(opts(numprocesses=2, msprobe_api_info=None))
     monkeypatch.setenv(forkserver.ENV_SWITCH, "0")
@@ -127,6 +128,16 @@ def test_which_runs_want_a_server(monkeypatch):
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")      # a worker, or a run started inside one
     assert not forkserver.wanted(opts(numprocesses=2))
     assert forkserver.wanted(opts(numprocesses=2), controller=True)     # pytest has told: a controller
+
+
+def test_only_plain_local_specs_are_adopted(server):
+    import execnet
+    specs = [execnet.XSpec(t) for t in ("popen", "popen//chdir=/tmp", "popen//python=python3", "popen//via=gw9",
+                                        "popen//env:OMP_NUM_THREADS=4", "ssh=node1")]
+    assert server.adopt(specs) == 2
+    assert [bool(s.python) for s in specs] == [True, True, True, False, False, False]
+    assert specs[2].python == "python3"                                     # the user's own, untouched
+    assert server.command() in (specs[0].python, specs[1].python)
 
 
 def test_what_pytest_rewrites_is_not_preloaded():

@@ -32,6 +32,7 @@ import signal
 import socket
 import struct
 import sys
+import warnings
 
 ENV_SWITCH = "MSPROBE_FORK_WORKERS"     # "0": every worker starts as a fresh interpreter
 READY_TIMEOUT = 120.0                   # seconds a client waits for the server to finish its imports
@@ -61,10 +62,12 @@ def wanted(option: object, controller: bool = False) -> bool:
 
 
 def _plain_popen(tx: str) -> bool:
-    """``popen`` or ``3*popen//env:X=1`` (a local interpreter of xdist's choice), not ``python=``/``via=``."""
+    """``popen`` or ``3*popen//chdir=d`` (a local interpreter of xdist's choice); not ``python=``, ``via=``,
+    ``env:`` (:meth:`ForkServer.adopt`)."""
     count, star, rest = tx.partition("*")
     keys = [part.partition("=")[0] for part in (rest if star and count.isdigit() else tx).split("//")]
-    return "popen" in keys and "python" not in keys and "via" not in keys
+    return "popen" in keys and "python" not in keys and "via" not in keys and \
+        not any(k.startswith("env:") for k in keys)
 
 
 PYTEST_STACK = ("pytest", "_pytest", "pluggy", "execnet", "iniconfig", "packaging")
@@ -159,11 +162,13 @@ class ForkServer:
                                                  self.socket_path))
 
     def adopt(self, specs: list) -> int:
-        """Point every plain local popen spec (no ``python=``, no ``via=``) at this server; how many."""
+        """Point every plain local popen spec at this server; how many. Not a spec with its own interpreter
+        (``python=``), on another host (``via=``) or with ``env:`` keys (a fresh worker imports numpy and torch
+        with those set; a forked one would have them from before)."""
         n = 0
         for spec in specs:
             if getattr(spec, "popen", None) and not getattr(spec, "python", None) and \
-                    not getattr(spec, "via", None):
+                    not getattr(spec, "via", None) and not getattr(spec, "env", None):
                 spec.python = self.command()
                 n += 1
         self.used += n
@@ -336,7 +341,9 @@ def _serve_one(conn: socket.socket, listener: socket.socket, children: dict, wak
         if code is None:
             conn.sendall(_INT.pack(-1))     # arguments this server cannot honour
             raise EOFError("declined")
-        pid = os.fork()
+        with warnings.catch_warnings():     # numpy's BLAS threads: their library re-creates them after fork
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
         if pid == 0:
             _child(fds, request, code, flags, rest, [listener, conn, *children.values()], wake)  # never returns
         conn.sendall(_INT.pack(pid))
@@ -475,13 +482,7 @@ def _client(argv: list) -> None:
             select.select([], [], [], 0.2)
         sys.exit(1)
     code = os.waitstatus_to_exitcode(status)
-    if code < 0:                    # killed by a signal: end the same way
-        try:
-            signal.signal(-code, signal.SIG_DFL)
-        except (OSError, ValueError):
-            pass                    # SIGKILL, SIGSTOP: no handler to reset
-        os.kill(os.getpid(), -code)
-    sys.exit(code if code >= 0 else 1)
+    sys.exit(code if code >= 0 else 128 - code)     # killed by a signal: the shell's 128 + its number
 
 
 def _forward(pid: int, signum: int) -> None:
