@@ -302,7 +302,7 @@ def _reduced_bytes(dump_json: str) -> int:
     return total
 
 
-def _pytest(workdir: str, dump_json: str, extra: list, tag: str) -> dict:
+def _pytest(workdir: str, dump_json: str, extra: list, tag: str, env: dict | None = None) -> dict:
     times = os.path.join(workdir, f"times_{tag}.txt")
     if os.path.exists(times):
         os.remove(times)
@@ -311,7 +311,7 @@ def _pytest(workdir: str, dump_json: str, extra: list, tag: str) -> dict:
     os.makedirs(out)
     cmd = [sys.executable, "-c", RSS_WRAPPER, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
            "-p", "no:randomly", f"--msprobe-api-info={dump_json}", "--msprobe-out", out, *extra]
-    env = dict(_env(), MSPROBE_BENCH_TIMES=times)
+    env = dict(_env(), MSPROBE_BENCH_TIMES=times, **(env or {}))
     res = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, check=True)
     t0, wall, rss_kib, rc = res.stdout.split()
     first = None
@@ -337,10 +337,11 @@ def checker_figures(workdir: str, torch_s: float) -> None:
     print(f"checker, bf16 tensor dump of one step ({entries} entries, {size / 1e6:.0f} MB):")
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
                     f"--msprobe-api-info={dump_json}"], cwd=workdir, env=_env(), capture_output=True)  # warm cache
-    ones, twos = [], []
-    for _ in range(3):                 # interleaved, so that a busy moment of the machine hits both alike
+    ones, twos, fresh = [], [], []
+    for _ in range(3):                 # interleaved, so that a busy moment of the machine hits all alike
         ones.append(_pytest(workdir, dump_json, [], "n1"))
         twos.append(_pytest(workdir, dump_json, ["-n", "2"], "n2"))
+        fresh.append(_pytest(workdir, dump_json, ["-n", "2"], "n2f", {"MSPROBE_FORK_WORKERS": "0"}))
     one, two = min(ones, key=lambda r: r["wall"]), min(twos, key=lambda r: r["wall"])
     first = min(r["first"] for r in ones)      # the best of each, as for import torch
     firsts = ", ".join(f"{r['first']:.2f}" for r in ones)
@@ -352,6 +353,22 @@ def checker_figures(workdir: str, torch_s: float) -> None:
     print(f"  one worker {one['wall']:.2f} s end to end (target <= 5.0 s), peak RSS {one['rss_mib']:.0f} MiB")
     print(f"  -n 2       {two['wall']:.2f} s end to end ({two['wall'] / one['wall']:.2f}x of one worker, "
           f"target <= 0.85x), peak RSS of the controller {two['rss_mib']:.0f} MiB")
+    walls3 = ", ".join(f"{r['wall']:.2f}" for r in fresh)
+    best3 = min(r["wall"] for r in fresh)
+    print(f"  -n 2 with fresh workers (MSPROBE_FORK_WORKERS=0): {best3:.2f} s ({best3 / one['wall']:.2f}x; "
+          f"all runs: {walls3} s)")
+    source = os.path.join(ROOT, "tests", "data", "msprobe_26_2_bf16")
+    if os.path.isdir(source):          # the one-layer GPT-2 and Llama dumps: little compute to share
+        small = os.path.join(workdir, "small_dumps")      # outside the repository (its conftest is its own)
+        shutil.rmtree(small, ignore_errors=True)
+        shutil.copytree(source, small)
+        s1, s2 = [], []
+        for _ in range(3):
+            s1.append(_pytest(workdir, small, [], "s1")["wall"])
+            s2.append(_pytest(workdir, small, ["-n", "2"], "s2")["wall"])
+        print(f"  small dumps (tests/data/msprobe_26_2_bf16, 120 calls): one worker {min(s1):.2f} s, -n 2 "
+              f"{min(s2):.2f} s ({min(s2) / min(s1):.2f}x; all runs: {', '.join(f'{w:.2f}' for w in s1)} / "
+              f"{', '.join(f'{w:.2f}' for w in s2)} s)")
 
 
 def huge_figures(workdir: str, calls: int = 119_000, runs: int = 2) -> None:

@@ -130,6 +130,37 @@ def test_which_runs_want_a_server(monkeypatch):
     assert forkserver.wanted(opts(numprocesses=2), controller=True)     # pytest has told: a controller
 
 
+def test_a_command_line_that_plainly_asks_for_workers(monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv(forkserver.ENV_SWITCH, raising=False)
+    asked = forkserver.asked_by
+    assert asked(["--msprobe-api-info", "d", "-n", "2"])
+    assert asked(["--msprobe-api-info=d", "-n2", "-q"])
+    assert asked(["-nauto", "--msprobe-api-info", "d"])
+    assert asked(["--numprocesses=4", "--msprobe-api-info", "d"])
+    assert not asked(["--msprobe-api-info", "d"])                       # no workers
+    assert not asked(["--msprobe-api-info", "d", "-n", "0"])
+    assert not asked(["--msprobe-api-info", "d", "-n", "2", "--co"])
+    assert not asked(["-n", "2", "tests/"])                              # not a check run
+    assert not asked(["-n", "2", "--", "--msprobe-api-info"])
+
+
+def test_an_early_server_no_run_takes_is_closed(pytester, monkeypatch):
+    """``pytest --msprobe-api-info D -n 2`` starts its server as the plugin is imported; options that then
+    say otherwise (here a --tx that is not local) close it, and the run goes on."""
+    from pytest_msprobe import plugin
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    plugin._early_fork_server(["/usr/bin/pytest", "--msprobe-api-info", "d", "-n", "2"])
+    assert len(plugin._EARLY_SERVER) == 1
+    server = plugin._EARLY_SERVER[0]
+    import shutil
+    shutil.copytree(DATA / "mlp_fp32_tensor_L1", pytester.path / "dump")
+    res = pytester.runpytest_inprocess("--msprobe-api-info", str(pytester.path / "dump"), "--co", "-q")
+    assert res.ret == 0
+    assert plugin._EARLY_SERVER == [] and server.proc.poll() is not None
+    assert not os.path.exists(server.directory)
+
+
 def test_only_plain_local_specs_are_adopted(server):
     import execnet
     specs = [execnet.XSpec(t) for t in ("popen", "popen//chdir=/tmp", "popen//python=python3", "popen//via=gw9",

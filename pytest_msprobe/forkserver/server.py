@@ -61,6 +61,27 @@ def wanted(option: object, controller: bool = False) -> bool:
     return bool(workers) or any(_plain_popen(str(t)) for t in getattr(option, "tx", None) or ())
 
 
+def asked_by(argv: list) -> bool:
+    """Whether a pytest command line plainly asks for an msprobe check with local workers
+    (``--msprobe-api-info D -n 2``), before pytest has parsed it: the fork server can start earlier, and
+    :func:`wanted` confirms it once the options are known."""
+    api = workers = False
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--msprobe-api-info" or arg.startswith("--msprobe-api-info="):
+            api = True
+        elif arg in ("-n", "--numprocesses"):
+            workers = i + 1 < len(argv) and argv[i + 1] != "0"
+        elif arg.startswith("--numprocesses="):
+            workers = arg.partition("=")[2] != "0"
+        elif arg.startswith("-n") and not arg.startswith("--") and len(arg) > 2:
+            workers = arg[2:] not in ("0", "=0")
+        elif arg in ("--collect-only", "--co"):
+            return False
+    return api and workers and available() and not os.environ.get("PYTEST_XDIST_WORKER")
+
+
 def _plain_popen(tx: str) -> bool:
     """``popen`` or ``3*popen//chdir=d`` (a local interpreter of xdist's choice); not ``python=``, ``via=``,
     ``env:`` (:meth:`ForkServer.adopt`)."""
