@@ -516,6 +516,20 @@ def test_stack_capture_reuse_matches_a_fresh_walk_for_loops_generators_and_calle
     assert got[-1][0] != got[-2][0]                   # the generator's two callers are told apart
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.sampled_from([0.0, -0.0, 1.0])),
+                min_size=4, max_size=4))
+def test_finite_tensor_items_render_as_json_dumps_from_the_kept_float_texts(values):
+    """The one-pass statistics' renderer keeps the text of each float it formats; rendered again (and with
+    0.0 and -0.0, which are one dict key, in either order) the item is still json.dumps's text."""
+    for order in (values, values[::-1], [-v for v in values]):
+        item = {"type": "torch.Tensor", "dtype": "torch.bfloat16", "shape": [2, 3], "Max": order[0],
+                "Min": order[1], "Mean": order[2], "Norm": order[3], "requires_grad": True}
+        for _ in range(2):
+            text = jsonfast.finite_tensor_text("torch.bfloat16", torch.Size([2, 3]), *order, True, 4)
+            assert text == _reference_at(item, 4)
+
+
 def test_renderer_caches_never_confuse_true_with_one():
     """Shape texts and item parts are cached by value, and True == 1 as a dict key: a shape holding a
     bool after the same shape of ints (and the other way round) must still render as json.dumps does."""

@@ -42,6 +42,8 @@ class DumpPathError(OSError):
 
 def first_tensor(value: Any) -> Optional[torch.Tensor]:
     """The tensor a legacy backward hook attaches to: first dict value / first item, recursively."""
+    if type(value) is torch.Tensor:   # the common result, without the tree walk
+        return value
     first = next(iter(tree_leaves(value, is_leaf=_ends_descent)), None)
     return first if isinstance(first, torch.Tensor) else None
 
