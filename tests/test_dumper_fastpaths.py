@@ -530,6 +530,19 @@ def test_finite_tensor_items_render_as_json_dumps_from_the_kept_float_texts(valu
             assert text == _reference_at(item, 4)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.text(max_size=12), max_size=3), st.lists(st.text(max_size=30), max_size=4)),
+                max_size=4))
+def test_stack_json_from_kept_line_texts_equals_json_dumps(groups):
+    """stack.json is assembled from each call stack's lines rendered once (kept across steps): the text is
+    json.dumps's for the same dict, empty and escaped strings included."""
+    from dumpers.torch_dump.jsontext import lines_text, stack_json_text
+
+    stack = {str(sid): [keys, lines] for sid, (keys, lines) in enumerate(groups)}
+    text = stack_json_text([(sid, keys, lines_text(lines)) for sid, (keys, lines) in enumerate(groups)])
+    assert text == jsonfast.dumps_json_fast(stack) == fmt.dumps_json(stack)
+
+
 def test_renderer_caches_never_confuse_true_with_one():
     """Shape texts and item parts are cached by value, and True == 1 as a dict key: a shape holding a
     bool after the same shape of ints (and the other way round) must still render as json.dumps does."""
