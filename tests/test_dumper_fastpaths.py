@@ -72,6 +72,26 @@ def test_journal_text_records_replay_to_the_entries(tmp_path):
     assert state.bad_lines == 1
 
 
+def test_journal_stack_records_from_kept_line_texts_are_the_plain_records(tmp_path):
+    """A call stack's lines are encoded once and their JSON kept: the records of the same list written in two
+    steps (and of another list) are byte for byte what encoding each whole record gives, and replay."""
+    from dumpers import journal
+
+    lines = ["File /a/b.py, line 3, in f, \n x = g('\u00e9')", 'File "q.py", line 9, in <module>, \n\ty = 1']
+    path = str(tmp_path / fmt.JOURNAL)
+    writer = JournalWriter(path)
+    writer.header("statistics", "L1", "pytorch", None)
+    for sid, group in ((0, lines), (1, []), (0, lines), (2, list(lines))):
+        writer.stack(sid, group)
+    writer.close()
+    with open(path, "rb") as fh:
+        records = fh.read().splitlines(keepends=True)[1:]
+    expected = [journal._line({"t": "s", "i": sid, "l": group}) for sid, group in ((0, lines), (1, []), (0, lines),
+                                                                                   (2, lines))]
+    assert records == expected
+    assert read_journal(path).stacks[2][1] == lines
+
+
 SPECIAL = [torch.tensor([1.0, float("nan"), -2.0]), torch.tensor([float("inf"), -1.0, float("-inf")]),
            torch.tensor([-0.0, 0.0, 3.0]), torch.arange(-5, 7, dtype=torch.int64), torch.arange(200, dtype=torch.uint8),
            torch.randn(64, 33, dtype=torch.float64).t(), torch.randn(17, 5)[:, 1:4],
