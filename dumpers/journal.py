@@ -47,6 +47,21 @@ def _line(record: dict) -> bytes:
     return (json.dumps(record, separators=(",", ":"), ensure_ascii=True, allow_nan=True) + "\n").encode("ascii")
 
 
+_lines_memo: dict = {}      # id(lines) -> (lines, their JSON): the list is kept, so its id stays its own
+
+
+def _lines_json(lines: list) -> str:
+    """The compact JSON of a list of frame lines (never changed once made), remembered by the list."""
+    hit = _lines_memo.get(id(lines))
+    if hit is not None and hit[0] is lines:
+        return hit[1]
+    text = _line(lines)[:-1].decode("ascii")
+    if len(_lines_memo) >= 4096:
+        _lines_memo.clear()
+    _lines_memo[id(lines)] = (lines, text)
+    return text
+
+
 class JournalWriter:
     """Append-only writer of journal records; every record reaches the kernel before ``write`` returns."""
 
@@ -87,7 +102,13 @@ class JournalWriter:
             data = data[n:]
 
     def stack(self, stack_id: int, lines: list) -> None:
-        self.write({"t": "s", "i": stack_id, "l": lines})
+        """An ``s`` record; the JSON of ``lines`` is made once per list (a call stack comes back every step)."""
+        if self._fd is None:
+            return
+        data = f'{{"t":"s","i":{int(stack_id)},"l":{_lines_json(lines)}}}\n'.encode("ascii")
+        while data:
+            n = os.write(self._fd, data)
+            data = data[n:]
 
     def construct(self, key: str, parent: Optional[str]) -> None:
         self.write({"t": "c", "k": key, "p": parent})

@@ -152,11 +152,26 @@ def tensor_text(dtype: str, shape: Any, mx: Any, mn: Any, mean: Any, norm: Any, 
     return f"{head}{mx}{after_max}{mn}{after_min}{mean}{after_mean}{norm}{tail}"
 
 
+# the repr of nonzero finite floats rendered before: a step renders four statistics per tensor, and the
+# same values come back (a tensor's statistics reused from call to call, low-precision values from step to
+# step), while repr() of a float costs about a microsecond. Zeros are never kept: 0.0 and -0.0 are one key.
+_float_texts: dict = {}
+
+
+def _float_repr_kept(x: float) -> str:
+    text = _FLOAT_REPR(x)
+    if x:
+        if len(_float_texts) >= 65536:
+            _float_texts.clear()
+        _float_texts[x] = text
+    return text
+
+
 def finite_tensor_text(dtype: str, shape: tuple, mx: float, mn: float, mean: float, norm: float,
                        requires_grad: bool, level: int) -> Any:
     """:func:`tensor_text` of a ``torch.Tensor`` item whose four statistics are finite Python floats
-    (what the one-pass statistics give) and whose shape is a ``torch.Size`` (plain ints), without the
-    checks: one look-up and one format."""
+    (what the one-pass statistics give: never ints, which would share keys with equal floats) and whose
+    shape is a ``torch.Size`` (plain ints), without the checks: one look-up and one format."""
     parts = _item_parts.get(("torch.Tensor", dtype, shape, requires_grad, level))
     if parts is None:
         if level > _MAX_FAST_LEVEL:
@@ -165,7 +180,10 @@ def finite_tensor_text(dtype: str, shape: tuple, mx: float, mn: float, mean: flo
         if parts is None:
             return None
     head, after_max, after_min, after_mean, tail = parts
-    return f"{head}{mx!r}{after_max}{mn!r}{after_min}{mean!r}{after_mean}{norm!r}{tail}"
+    known = _float_texts.get
+    return (f"{head}{known(mx) or _float_repr_kept(mx)}{after_max}{known(mn) or _float_repr_kept(mn)}"
+            f"{after_min}{known(mean) or _float_repr_kept(mean)}{after_mean}"
+            f"{known(norm) or _float_repr_kept(norm)}{tail}")
 
 
 def tensor_item_text(obj: dict, level: int) -> Any:

@@ -72,6 +72,26 @@ def test_journal_text_records_replay_to_the_entries(tmp_path):
     assert state.bad_lines == 1
 
 
+def test_journal_stack_records_from_kept_line_texts_are_the_plain_records(tmp_path):
+    """A call stack's lines are encoded once and their JSON kept: the records of the same list written in two
+    steps (and of another list) are byte for byte what encoding each whole record gives, and replay."""
+    from dumpers import journal
+
+    lines = ["File /a/b.py, line 3, in f, \n x = g('\u00e9')", 'File "q.py", line 9, in <module>, \n\ty = 1']
+    path = str(tmp_path / fmt.JOURNAL)
+    writer = JournalWriter(path)
+    writer.header("statistics", "L1", "pytorch", None)
+    for sid, group in ((0, lines), (1, []), (0, lines), (2, list(lines))):
+        writer.stack(sid, group)
+    writer.close()
+    with open(path, "rb") as fh:
+        records = fh.read().splitlines(keepends=True)[1:]
+    expected = [journal._line({"t": "s", "i": sid, "l": group}) for sid, group in ((0, lines), (1, []), (0, lines),
+                                                                                   (2, lines))]
+    assert records == expected
+    assert read_journal(path).stacks[2][1] == lines
+
+
 SPECIAL = [torch.tensor([1.0, float("nan"), -2.0]), torch.tensor([float("inf"), -1.0, float("-inf")]),
            torch.tensor([-0.0, 0.0, 3.0]), torch.arange(-5, 7, dtype=torch.int64), torch.arange(200, dtype=torch.uint8),
            torch.randn(64, 33, dtype=torch.float64).t(), torch.randn(17, 5)[:, 1:4],
@@ -514,6 +534,33 @@ def test_stack_capture_reuse_matches_a_fresh_walk_for_loops_generators_and_calle
     for captured, fresh in got:
         assert captured == fresh
     assert got[-1][0] != got[-2][0]                   # the generator's two callers are told apart
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.sampled_from([0.0, -0.0, 1.0])),
+                min_size=4, max_size=4))
+def test_finite_tensor_items_render_as_json_dumps_from_the_kept_float_texts(values):
+    """The one-pass statistics' renderer keeps the text of each float it formats; rendered again (and with
+    0.0 and -0.0, which are one dict key, in either order) the item is still json.dumps's text."""
+    for order in (values, values[::-1], [-v for v in values]):
+        item = {"type": "torch.Tensor", "dtype": "torch.bfloat16", "shape": [2, 3], "Max": order[0],
+                "Min": order[1], "Mean": order[2], "Norm": order[3], "requires_grad": True}
+        for _ in range(2):
+            text = jsonfast.finite_tensor_text("torch.bfloat16", torch.Size([2, 3]), *order, True, 4)
+            assert text == _reference_at(item, 4)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.text(max_size=12), max_size=3), st.lists(st.text(max_size=30), max_size=4)),
+                max_size=4))
+def test_stack_json_from_kept_line_texts_equals_json_dumps(groups):
+    """stack.json is assembled from each call stack's lines rendered once (kept across steps): the text is
+    json.dumps's for the same dict, empty and escaped strings included."""
+    from dumpers.torch_dump.jsontext import lines_text, stack_json_text
+
+    stack = {str(sid): [keys, lines] for sid, (keys, lines) in enumerate(groups)}
+    text = stack_json_text([(sid, keys, lines_text(lines)) for sid, (keys, lines) in enumerate(groups)])
+    assert text == jsonfast.dumps_json_fast(stack) == fmt.dumps_json(stack)
 
 
 def test_renderer_caches_never_confuse_true_with_one():

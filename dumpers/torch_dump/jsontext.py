@@ -102,3 +102,20 @@ def forward_text(args: str, kwargs: str, output: str) -> str:
 def backward_text(inputs: str, outputs: str) -> str:
     i = _I[ENTRY_LEVEL + 1]
     return f"{{{i}{_INPUT}: {inputs},{i}{_OUTPUT}: {outputs}{_I[ENTRY_LEVEL]}}}"
+
+
+# --- stack.json, from the text of each call stack's lines (rendered once per stack, not once per step) -------------
+def lines_text(lines: list) -> str:
+    """The text of one stack group's frame lines where stack.json holds them (a list two levels deep)."""
+    return jsonfast.dumps_json_fast(lines, 2)
+
+
+def stack_json_text(groups: list) -> str:
+    """stack.json from ``(stack id, keys, lines_text(lines))`` triples: exactly the text of
+    ``dumps_json_fast({str(id): [keys, lines], ...})``."""
+    if not groups:
+        return "{}"
+    i1, i2 = _I[1], _I[2]
+    body = ("," + i1).join([f"{_ESC(str(sid))}: [{i2}{jsonfast.dumps_json_fast(keys, 2)},{i2}{lines}{i1}]"
+                            for sid, keys, lines in groups])
+    return "{" + i1 + body + _I[0] + "}"

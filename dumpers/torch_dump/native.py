@@ -11,6 +11,12 @@ bits); contraction into fused multiply-adds is off for the same reason.
   once to the data's dtype (round to nearest even, subnormals included).
 * float64: the additions are compensated (Neumaier), per lane.
 
+bfloat16 on a CPU with AVX-512 takes a hand-written vector loop (the training step's data is mostly
+bfloat16): the same lanes, each adding its elements in order; the elements reach the lanes in another
+register order (undone before the tree), and each square is added with a fused multiply-add, whose one
+rounding is the plain addition's because the square of a bfloat16 value is exact in float64. A test
+compares it bit for bit with the unoptimised scalar loop on every kind of bit pattern.
+
 The source is compiled with the system C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) on first
 use into ``$MSPROBE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/pytest-msprobe`` or
 ``~/.cache/pytest-msprobe``), under a name derived from the source and flags, and reused by every later
@@ -66,15 +72,24 @@ static double round_to(double x, int bits, int qmin, double max) {
     return fabs(r) > max ? copysign(INFINITY, r) : r;
 }
 
-/* KT: the integer key type (16-bit keys for 16-bit data), KEY: bits -> key, LOAD: element -> float32 bits */
+/* KT: the integer key type (16-bit keys for 16-bit data), KEY: bits -> key, LOAD: element -> float32 bits.
+   PF: a hint to fetch the memory 8 KiB ahead; the results are unchanged, and data out of the caches is read
+   much faster (bfloat16 from memory: 5 -> 8.6 GB/s on a 2-vCPU Xeon, the machine's read bandwidth) */
+#define PF(i) { for (int b_ = 0; b_ < L * (int)sizeof(*x); b_ += 64) \
+    __builtin_prefetch((const char *)(x + (i)) + 8192 + b_, 0, 3); }
 #define LANES(KT, KMIN, KMAX, KEY, LOAD, ENDS) \
     KT hi[L], lo[L]; double s[L], q[L]; \
     for (int j = 0; j < L; j++) { hi[j] = KMIN; lo[j] = KMAX; s[j] = 0.0; q[j] = 0.0; } \
     int64_t i = 0; \
-    for (; i + L <= n; i += L) \
+    for (; i + L <= n; i += L) { \
+        PF(i) \
         for (int j = 0; j < L; j++) { \
             KT k = KEY(x[i + j]); double d = (double)asf(LOAD(x[i + j])); \
-            hi[j] = hi[j] > k ? hi[j] : k; lo[j] = lo[j] < k ? lo[j] : k; s[j] += d; q[j] += d * d; } \
+            hi[j] = hi[j] > k ? hi[j] : k; lo[j] = lo[j] < k ? lo[j] : k; s[j] += d; q[j] += d * d; } } \
+    TAIL(KT, KEY, LOAD, ENDS)
+
+/* the elements after the last whole block of L, the fixed tree over the lanes, Max and Min */
+#define TAIL(KT, KEY, LOAD, ENDS) \
     for (int j = 0; i < n; i++, j++) { \
         KT k = KEY(x[i]); double d = (double)asf(LOAD(x[i])); \
         hi[j] = hi[j] > k ? hi[j] : k; lo[j] = lo[j] < k ? lo[j] : k; s[j] += d; q[j] += d * d; } \
@@ -100,10 +115,82 @@ CLONES int msprobe_stats_f32(const uint32_t *x, int64_t n, double *out) {
     return isfinite(out[3]);
 }
 
-CLONES int msprobe_stats_bf16(const uint16_t *x, int64_t n, double *out) {
-    LANES(int16_t, INT16_MIN, INT16_MAX, key16, BF16, ENDS_BF16)
-    out[2] = round_to(mean, 8, -133, 0x1.fep127); out[3] = round_to(norm, 8, -133, 0x1.fep127);
+#define BF16_ROUND \
+    out[2] = round_to(mean, 8, -133, 0x1.fep127); out[3] = round_to(norm, 8, -133, 0x1.fep127); \
     return isfinite(out[3]);
+
+CLONES static int stats_bf16(const uint16_t *x, int64_t n, double *out) {
+    LANES(int16_t, INT16_MIN, INT16_MAX, key16, BF16, ENDS_BF16)
+    BF16_ROUND
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(MSPROBE_NO_CLONES)
+#include <immintrin.h>
+#define VECTOR_BF16 1
+/* The same lanes with AVX-512 written out: one 64-byte block of 32 elements per step. Unpacking the words
+   within each 128-bit quarter puts the elements in the lane order LANE_OF below; every element still goes to
+   its lane i % 32 and each lane adds in element order. The square is added with a fused multiply-add: the
+   square of a bfloat16 value (8 significant bits) is exact in float64, so the single rounding of the fused
+   operation is the rounding of the plain addition: the same bits, one instruction fewer per 8 elements. */
+static const int LANE_OF[4][8] = {{0, 1, 2, 3, 8, 9, 10, 11}, {16, 17, 18, 19, 24, 25, 26, 27},
+                                  {4, 5, 6, 7, 12, 13, 14, 15}, {20, 21, 22, 23, 28, 29, 30, 31}};
+
+__attribute__((target("avx512f,avx512bw,avx512dq,fma")))
+static int stats_bf16_avx512(const uint16_t *x, int64_t n, double *out) {
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
+    __m512i vhi = _mm512_set1_epi16(INT16_MIN), vlo = _mm512_set1_epi16(INT16_MAX);
+    const __m512i zero = _mm512_setzero_si512(), mask = _mm512_set1_epi16(0x7fff);
+    int64_t i = 0;
+    for (; i + L <= n; i += L) {
+        _mm_prefetch((const char *)(x + i) + 8192, _MM_HINT_T0);
+        __m512i v = _mm512_loadu_si512((const void *)(x + i));
+        __m512i k = _mm512_ternarylogic_epi32(v, _mm512_srai_epi16(v, 15), mask, 0x78);  /* v ^ (sign & mask) */
+        vhi = _mm512_max_epi16(vhi, k); vlo = _mm512_min_epi16(vlo, k);
+        __m512d a = _mm512_castsi512_pd(_mm512_unpacklo_epi16(zero, v));   /* bfloat16 -> float32 bits */
+        __m512d b = _mm512_castsi512_pd(_mm512_unpackhi_epi16(zero, v));
+        __m512d d0 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_castpd512_pd256(a)));
+        __m512d d1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(a, 1)));
+        __m512d d2 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_castpd512_pd256(b)));
+        __m512d d3 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(b, 1)));
+        s0 = _mm512_add_pd(s0, d0); s1 = _mm512_add_pd(s1, d1); s2 = _mm512_add_pd(s2, d2); s3 = _mm512_add_pd(s3, d3);
+        q0 = _mm512_fmadd_pd(d0, d0, q0); q1 = _mm512_fmadd_pd(d1, d1, q1);
+        q2 = _mm512_fmadd_pd(d2, d2, q2); q3 = _mm512_fmadd_pd(d3, d3, q3);
+    }
+    double sv[4][8], qv[4][8], s[L], q[L]; int16_t hi[L], lo[L];
+    _mm512_storeu_pd(sv[0], s0); _mm512_storeu_pd(sv[1], s1); _mm512_storeu_pd(sv[2], s2); _mm512_storeu_pd(sv[3], s3);
+    _mm512_storeu_pd(qv[0], q0); _mm512_storeu_pd(qv[1], q1); _mm512_storeu_pd(qv[2], q2); _mm512_storeu_pd(qv[3], q3);
+    _mm512_storeu_si512((void *)hi, vhi); _mm512_storeu_si512((void *)lo, vlo);   /* word j holds lane j */
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 8; c++) { s[LANE_OF[r][c]] = sv[r][c]; q[LANE_OF[r][c]] = qv[r][c]; }
+    TAIL(int16_t, key16, BF16, ENDS_BF16)
+    BF16_ROUND
+}
+
+static int vector_bf16(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        __builtin_cpu_init();
+        ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+             && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+    }
+    return ok;
+}
+#endif
+
+/* 1 when msprobe_stats_bf16 takes the AVX-512 loop on this CPU */
+int msprobe_stats_vector(void) {
+#ifdef VECTOR_BF16
+    return vector_bf16();
+#else
+    return 0;
+#endif
+}
+
+int msprobe_stats_bf16(const uint16_t *x, int64_t n, double *out) {
+#ifdef VECTOR_BF16
+    if (vector_bf16()) return stats_bf16_avx512(x, n, out);
+#endif
+    return stats_bf16(x, n, out);
 }
 
 CLONES int msprobe_stats_f16(const uint16_t *x, int64_t n, double *out) {
@@ -119,10 +206,11 @@ CLONES int msprobe_stats_f64(const uint64_t *x, int64_t n, double *out) {
     int64_t hi[L], lo[L]; double s[L], cs[L], q[L], cq[L];
     for (int j = 0; j < L; j++) { hi[j] = INT64_MIN; lo[j] = INT64_MAX; s[j] = cs[j] = q[j] = cq[j] = 0.0; }
     int64_t i = 0;
-    for (; i + L <= n; i += L)
+    for (; i + L <= n; i += L) {
+        PF(i)
         for (int j = 0; j < L; j++) {
             uint64_t b = x[i + j]; int64_t k = key64(b); double d; memcpy(&d, &b, 8); double p = d * d;
-            hi[j] = hi[j] > k ? hi[j] : k; lo[j] = lo[j] < k ? lo[j] : k; ADD(s[j], cs[j], d) ADD(q[j], cq[j], p) }
+            hi[j] = hi[j] > k ? hi[j] : k; lo[j] = lo[j] < k ? lo[j] : k; ADD(s[j], cs[j], d) ADD(q[j], cq[j], p) } }
     for (int j = 0; i < n; i++, j++) {
         uint64_t b = x[i]; int64_t k = key64(b); double d; memcpy(&d, &b, 8); double p = d * d;
         hi[j] = hi[j] > k ? hi[j] : k; lo[j] = lo[j] < k ? lo[j] : k; ADD(s[j], cs[j], d) ADD(q[j], cq[j], p) }

@@ -26,7 +26,8 @@ from dumpers.torch_dump import callargs
 from dumpers.torch_dump import stack as stacklib
 from dumpers.torch_dump.encode import Encoder
 from dumpers.torch_dump.jsontext import (ENTRY_LEVEL, ITEM_LEVEL, backward_text, dict_text, dump_json_text,
-                                        entry_text, forward_text, item_text, list_text, plain_value)
+                                        entry_text, forward_text, item_text, lines_text, list_text, plain_value,
+                                        stack_json_text)
 from dumpers.torch_dump import statcache
 from dumpers.torch_dump.stats import StatBatch, StatCache
 from dumpers.torch_dump.writer import TensorWriter, make_writer
@@ -42,6 +43,8 @@ class DumpPathError(OSError):
 
 def first_tensor(value: Any) -> Optional[torch.Tensor]:
     """The tensor a legacy backward hook attaches to: first dict value / first item, recursively."""
+    if type(value) is torch.Tensor:   # the common result, without the tree walk
+        return value
     first = next(iter(tree_leaves(value, is_leaf=_ends_descent)), None)
     return first if isinstance(first, torch.Tensor) else None
 
@@ -98,6 +101,7 @@ class DumpSession:
         self.writer: Optional[TensorWriter] = None
         self.journal: Optional[JournalWriter] = None
         self._stack_lines: dict = {}      # frames -> formatted lines (kept across steps)
+        self._lines_texts: dict = {}      # id(lines) -> (lines, their stack.json text), kept likewise
         self._scope_on = False
         self._reset_step_state()
 
@@ -182,9 +186,15 @@ class DumpSession:
             return
         if self.check_writer():
             return
-        stack = {str(sid): [keys, lines] for sid, keys, lines in self.stack_groups.values() if keys}
+        groups, known = [], self._lines_texts
+        for sid, keys, lines in self.stack_groups.values():
+            if keys:
+                hit = known.get(id(lines))
+                if hit is None or hit[0] is not lines:
+                    hit = known[id(lines)] = (lines, lines_text(lines))
+                groups.append((sid, keys, hit[1]))
         files = ((fmt.DUMP_JSON, dump_json_text(self._header(), self.texts)),
-                 (fmt.STACK_JSON, jsonfast.dumps_json_fast(stack)),
+                 (fmt.STACK_JSON, stack_json_text(groups)),
                  (fmt.CONSTRUCT_JSON, jsonfast.dumps_json_fast(self.construct)))
         writer = self.writer
         path = self.dir
