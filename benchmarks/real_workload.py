@@ -198,7 +198,8 @@ RSS_WRAPPER = '''
 import resource, subprocess, sys, time
 t0 = time.time()
 rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
-print(t0, time.time() - t0, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, rc)
+use = resource.getrusage(resource.RUSAGE_CHILDREN)     # every process of the run (each one waits for its own)
+print(t0, time.time() - t0, use.ru_maxrss, rc, use.ru_utime + use.ru_stime)
 '''
 
 
@@ -238,6 +239,19 @@ def memory_bandwidth_gbs() -> float:
         a.sum(dtype=np.float32)
         best = min(best, time.perf_counter() - t0)
     return a.nbytes / best / 1e9
+
+
+def loop_s() -> float:
+    """Seconds of a fixed pure-Python loop (the best of three): how fast this machine runs right now, printed
+    at the start and the end so that figures from different moments of a shared machine can be compared."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(5_000_000):
+            total += i
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def import_torch_s() -> float:
@@ -329,16 +343,16 @@ def _pytest(workdir: str, dump_json: str, extra: list, tag: str, env: dict | Non
            "-p", "no:randomly", f"--msprobe-api-info={dump_json}", "--msprobe-out", out, *extra]
     env = dict(_env(), MSPROBE_BENCH_TIMES=times, **(env or {}))
     res = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, check=True)
-    t0, wall, rss_kib, rc = res.stdout.split()
+    t0, wall, rss_kib, rc, cpu = res.stdout.split()
     first = None
     if os.path.exists(times):
         with open(times) as fh:
             stamps = [float(x) for x in fh if x.strip()]
         first = min(stamps) - float(t0) if stamps else None
-    return {"wall": float(wall), "rss_mib": int(rss_kib) / 1024, "first": first, "rc": int(rc)}
+    return {"wall": float(wall), "rss_mib": int(rss_kib) / 1024, "first": first, "rc": int(rc), "cpu": float(cpu)}
 
 
-def checker_figures(workdir: str, torch_s: float) -> None:
+def checker_figures(workdir: str, torch_s: float, rounds: int = 7) -> None:
     path = os.path.join(workdir, "tensor_dump")
     shutil.rmtree(path, ignore_errors=True)
     _python(ONE_DUMP, "tensor", path)
@@ -354,37 +368,40 @@ def checker_figures(workdir: str, torch_s: float) -> None:
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
                     f"--msprobe-api-info={dump_json}"], cwd=workdir, env=_env(), capture_output=True)  # warm cache
     ones, twos, fresh = [], [], []
-    for _ in range(3):                 # interleaved, so that a busy moment of the machine hits all alike
+    for _ in range(rounds):            # interleaved rounds, so that a busy moment of the machine hits all alike
         ones.append(_pytest(workdir, dump_json, [], "n1"))
         twos.append(_pytest(workdir, dump_json, ["-n", "2"], "n2"))
         fresh.append(_pytest(workdir, dump_json, ["-n", "2"], "n2f", {"MSPROBE_FORK_WORKERS": "0"}))
     one, two = min(ones, key=lambda r: r["wall"]), min(twos, key=lambda r: r["wall"])
     first = min(r["first"] for r in ones)      # the best of each, as for import torch
     firsts = ", ".join(f"{r['first']:.2f}" for r in ones)
-    walls1 = ", ".join(f"{r['wall']:.2f}" for r in ones)
-    walls2 = ", ".join(f"{r['wall']:.2f}" for r in twos)
     print(f"  import torch {torch_s:.2f} s; first item after {first:.2f} s (target <= {torch_s + 0.5:.2f} s; "
           f"all runs: {firsts} s)")
-    print(f"  one worker, all runs: {walls1} s; -n 2, all runs: {walls2} s")
     print(f"  one worker {one['wall']:.2f} s end to end (target <= 5.0 s), peak RSS {one['rss_mib']:.0f} MiB")
-    print(f"  -n 2       {two['wall']:.2f} s end to end ({two['wall'] / one['wall']:.2f}x of one worker, "
-          f"target <= 0.85x), peak RSS of the controller {two['rss_mib']:.0f} MiB")
-    walls3 = ", ".join(f"{r['wall']:.2f}" for r in fresh)
-    best3 = min(r["wall"] for r in fresh)
-    print(f"  -n 2 with fresh workers (MSPROBE_FORK_WORKERS=0): {best3:.2f} s ({best3 / one['wall']:.2f}x; "
-          f"all runs: {walls3} s)")
+    print(f"  -n 2       {two['wall']:.2f} s end to end, peak RSS of the controller {two['rss_mib']:.0f} MiB")
+    _ratios("-n 2 / one worker (target <= 0.85x)", ones, twos)
+    _ratios("-n 2 with fresh workers (MSPROBE_FORK_WORKERS=0) / one worker", ones, fresh)
     source = os.path.join(ROOT, "tests", "data", "msprobe_26_2_bf16")
     if os.path.isdir(source):          # the one-layer GPT-2 and Llama dumps: little compute to share
         small = os.path.join(workdir, "small_dumps")      # outside the repository (its conftest is its own)
         shutil.rmtree(small, ignore_errors=True)
         shutil.copytree(source, small)
         s1, s2 = [], []
-        for _ in range(3):
-            s1.append(_pytest(workdir, small, [], "s1")["wall"])
-            s2.append(_pytest(workdir, small, ["-n", "2"], "s2")["wall"])
-        print(f"  small dumps (tests/data/msprobe_26_2_bf16, 120 calls): one worker {min(s1):.2f} s, -n 2 "
-              f"{min(s2):.2f} s ({min(s2) / min(s1):.2f}x; all runs: {', '.join(f'{w:.2f}' for w in s1)} / "
-              f"{', '.join(f'{w:.2f}' for w in s2)} s)")
+        for _ in range(rounds):
+            s1.append(_pytest(workdir, small, [], "s1"))
+            s2.append(_pytest(workdir, small, ["-n", "2"], "s2"))
+        _ratios("small dumps (tests/data/msprobe_26_2_bf16, 120 calls), -n 2 / one worker", s1, s2)
+
+
+def _ratios(what: str, base: list, other: list) -> None:
+    """Both series, the ratio of their best runs and the median of the ratios round by round (the robust one
+    on a machine whose speed drifts between rounds)."""
+    rounds = [o["wall"] / b["wall"] for b, o in zip(base, other)]
+    best = min(o["wall"] for o in other) / min(b["wall"] for b in base)
+    runs = [", ".join(f"{r['wall']:.2f}" for r in series) for series in (base, other)]
+    cpu = [statistics.median(r["cpu"] for r in series) for series in (base, other)]
+    print(f"  {what}: median of the rounds {statistics.median(rounds):.2f}x, best to best {best:.2f}x "
+          f"(runs {runs[0]} / {runs[1]} s; CPU time of all its processes, median {cpu[0]:.1f} / {cpu[1]:.1f} s)")
 
 
 def huge_figures(workdir: str, calls: int = 119_000, runs: int = 2) -> None:
@@ -420,7 +437,7 @@ def huge_figures(workdir: str, calls: int = 119_000, runs: int = 2) -> None:
         res = subprocess.run(cmd, cwd=workdir, env=_env(), capture_output=True, text=True, check=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-        _, wall, rss_kib, rc = res.stdout.split()
+        _, wall, rss_kib, rc, _ = res.stdout.split()
         figures.append((float(wall), cpu, int(rss_kib) / 1024, rc))
     wall, cpu, rss, rc = min(figures)
     print(f"collection of a {size / 1e6:.0f} MB dump.json ({calls} calls): {wall:.1f} s ({cpu:.1f} s CPU), "
@@ -443,6 +460,7 @@ def main(argv=None) -> int:
     os.makedirs(workdir, exist_ok=True)
     PYCACHE[:] = [os.path.join(workdir, "pycache")]
     print("Llama 2 x (hidden 768, 12 heads / 4 kv heads, ff 2048), vocab 4096, seq 256, bf16, AdamW, 1 thread")
+    print(f"machine speed: a 5 M-step Python loop takes {loop_s():.3f} s")
     try:
         torch_s = import_torch_s()
         if not args.skip_dumper:
@@ -451,7 +469,8 @@ def main(argv=None) -> int:
             checker_figures(workdir, torch_s)
         if not args.skip_huge:
             huge_figures(workdir, runs=args.runs)
-        print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; the 5 M-step loop "
+              f"{loop_s():.3f} s")
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
