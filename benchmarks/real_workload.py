@@ -17,22 +17,35 @@ Targets (2 cores): check <= 5.0 s with one worker, ``-n 2`` <= 0.85x of that, fi
 0.5 s; statistics dump <= 1.6x steady and <= 2.0x first step; tensor dump <= 3x steady; 200 MB dump.json
 collected in < 10 s and < 1 GB.
 
-Figures on this 2-vCPU machine, bytecode cache on, quiet (load 0.5-1.9), the last full run; before this round's
-work (same machine, load 0.6-1.2) in brackets:
+Figures on this 2-vCPU machine, bytecode cache on. It is shared, and its speed drifts by up to 1.5x within an
+hour (the 5 M-step loop printed at the start and the end: 0.18-0.25 s), so the checker's figures are rounds of
+one worker, ``-n 2`` and ``-n 2`` with fresh workers run in turn, judged by the median of the per-round ratios.
+The last full run (loop 0.196 s at the start, 0.180 s at the end, load 1.4), before this round's work in
+brackets:
 
-* checker, one worker: 3.89 s end to end, runs 3.89-4.46 s (8.27-8.38 s); peak RSS 425 MiB;
-* ``-n 2``: 3.86 s, runs 3.86-5.52 s, 0.99x of one worker (7.13 s, 0.86x): each worker's own start-up and exit
-  cost about as much as the other core saves on 3 s of compute (docs/accuracy-check.md, "When -n pays");
-* first item: 1.47 s, runs 1.47-1.95 s, with ``import torch`` 1.13 s (2.64-2.80 s, torch 1.08-1.67 s);
-* 176 MB dump.json collected in 4.0 s (4.1 s CPU), peak RSS 469 MiB (12.6 s, 671 MiB);
-* statistics dump: first step 1.50x (1.55x), steady 1.74x (1.75x); the step summarises 1000 MB, of which the
-  one-pass loop reads 550 MB (602 MB) at 6.8 GB/s of dumper CPU time, beside a measured memory read bandwidth
-  of 8.5 GB/s; the bare steady step is 152 ms. Since then (the AVX-512 bfloat16 loop and the prefetch hint,
-  see below), two runs at load 0.8-1.7 with the machine in a slow phase (bare steady steps 187 and 243 ms):
-  steady 1.55x and 1.56x, first step 1.43x and 1.51x, the loop's share 10-11 GB/s of dumper CPU time;
-  alternating runs of the steady step before and after (load 0.7-1.4): 1.73-1.90x before, 1.56-1.65x after;
-* tensor dump: steady 2.66x, bare 161 ms, dumped 422 ms (3.81x before, when the bare steps ran beside the
-  writer's files and the kernel's writeback of them; now each bare step starts after both); first step 3.16x.
+* checker, one worker: 4.36 s end to end at best, runs 4.36-6.90 s (earlier, on the machine's fast days:
+  3.89 s; 8.27-8.38 s before any of this work); peak RSS 439 MiB;
+* first item: 1.66 s, with ``import torch`` 1.25 s (2.64-2.80 s, torch 1.08-1.67 s);
+* ``-n 2``: median of the rounds 0.86x of one worker, best to best 0.97x; CPU time of all the run's processes
+  7.3 s against one worker's 5.7 s. With fresh workers (``MSPROBE_FORK_WORKERS=0``, as before the fork server):
+  0.91x and 0.96x, 9.5 s of CPU. An earlier run of the checker figures alone (loop 0.25 s, a slow phase):
+  0.83x and 0.76x, against 0.98x and 0.77x with fresh workers, CPU 8.0 s against 10.8 s and 6.0 s;
+* small dumps (``tests/data/msprobe_26_2_bf16``, 120 calls, 0.4 s of compute): ``-n 2`` 1.18-1.19x of one
+  worker (2.38-2.94 s against 2.01-2.62 s; with fresh workers 1.2-1.5x);
+* 176 MB dump.json collected in 4.1 s (4.2 s CPU), peak RSS 470 MiB (12.6 s, 671 MiB);
+* statistics dump: first step 1.20x (1.55x), steady 1.64x (1.75x; 1.54-1.56x in the other runs of this
+  round); the step summarises 1000 MB, of which the one-pass loop reads 550 MB (602 MB), 8.3 GB/s of dumper
+  CPU time beside a measured memory read bandwidth of 6.8 GB/s; the bare steady step 210 ms (152-166 ms on the
+  machine's fast days);
+* tensor dump: steady 2.61x (3.81x before, when the bare steps ran beside the writer's files and the kernel's
+  writeback of them; now each bare step starts after both); first step 2.93x.
+
+Where ``-n 2`` spends what one worker does not (CPU): the fork server imports pytest and torch once (about
+1.4 s), each forked worker sets pytest up (about 0.15-0.3 s: its plugins, which pytest rewrites as it imports
+them, so they cannot be imported ahead), collects, pays its own first calls and, at its end, torch's library
+finalizers (0.1 s); the controller starts (0.3 s) and takes the reports. The workers' first items come about
+0.3-0.5 s after one worker's, once the server has imported torch. Fresh workers (before) each imported torch
+on the cores that then ran the calls: about 2.5 s more CPU per run.
 
 Where the checker's time went and what took it out (one worker, 1000 MB dump): the metric pass 2.3-2.5 s of
 numpy became about 0.9 s (a compiled fused pass per chunk, precision/native_metrics.py, numpy's bits checked at
@@ -66,7 +79,7 @@ texts kept, stack texts rendered once per call stack, no tree walk to find a res
 remains per step: the loop about 50 ms, the Python side about 45 ms (35 ms inside the captured calls, 8 ms in
 backward hooks, 3 ms at stop), a flat profile whose every lookup and summary costs 2-4x what it costs in a
 tight loop, because the step's data evicts the interpreter's objects from the caches between calls. The
-target (1.6x) is met with little margin: 1.55-1.65x depending on the machine's phase.
+target (1.6x) is met with little margin: 1.54-1.65x depending on the machine's phase.
 
 The bytecode cache matters: with ``PYTHONDONTWRITEBYTECODE`` set every run compiles and assertion-rewrites the
 plugin's modules again (about 4 s of CPU time on this machine); the figures above are with the cache on. The
