@@ -113,17 +113,11 @@ class CheckSession:
             self._threads_before = None
 
     def worker_modules(self) -> list:
-        """What a worker of this run imports before its first call: the replay machinery and, for PyTorch
-        dumps, torch (a fork server imports these once for all local workers; MindSpore is left to each
-        worker, it is not imported before a fork)."""
-        names = ["numpy", "pytest_msprobe.session", "pytest_msprobe.replay", "pytest_msprobe.precision.compare",
-                 "pytest_msprobe.precision.metrics_engine", "generators.real_data", "generators.recorded"]
+        """What a worker of this run imports before its first call and a fork server can import for all of
+        them: numpy and, for PyTorch dumps, torch. Not this package's modules (pytest rewrites a plugin's
+        modules as it imports them, in each worker), nor MindSpore (not imported before a fork)."""
         frameworks = {cases[0].framework for cases in (self._cases or {}).values() if cases}
-        if "pytorch" in frameworks:
-            names += ["torch", "pytest_msprobe.replay.torch_adapter", "pytest_msprobe.devices.torch_backends"]
-        if self.settings.random:
-            names.append("hypothesis")
-        return names
+        return ["numpy"] + (["torch"] if "pytorch" in frameworks else [])
 
     # --- running ----------------------------------------------------------------------------------------
     def _plugin_args(self) -> list:

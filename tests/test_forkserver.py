@@ -224,3 +224,19 @@ def test_forked_workers_check_a_real_dump_as_fresh_workers_do(pytester):
     assert fresh.returncode == forked.returncode
     assert forked.stdout.splitlines()[-1].split(" in ")[0] == fresh.stdout.splitlines()[-1].split(" in ")[0]
     assert _rows(pytester.path / "forked") == _rows(pytester.path / "fresh")
+
+
+def test_the_server_imports_torch_only_for_pytorch_dumps():
+    """A worker of a MindSpore dump never imports torch: a server for it must not either."""
+    import types
+
+    from pytest_msprobe.session import CheckSession
+    from pytest_msprobe.settings import Settings
+
+    def modules(dump: Path) -> list:
+        sess = CheckSession(types.SimpleNamespace(), Settings(), [str(dump)])
+        sess.load()
+        return sess.worker_modules()
+
+    assert modules(DATA / "msprobe_repo_fixtures" / "npu_megatron_mindspore" / "dump.json") == ["numpy"]
+    assert modules(DATA / "mlp_fp32_tensor_L1" / "step0" / "rank" / "dump.json") == ["numpy", "torch"]
