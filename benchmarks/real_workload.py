@@ -45,7 +45,9 @@ Where ``-n 2`` spends what one worker does not (CPU): the fork server imports py
 them, so they cannot be imported ahead), collects, pays its own first calls and, at its end, torch's library
 finalizers (0.1 s); the controller starts (0.3 s) and takes the reports. The workers' first items come about
 0.3-0.5 s after one worker's, once the server has imported torch. Fresh workers (before) each imported torch
-on the cores that then ran the calls: about 2.5 s more CPU per run.
+on the cores that then ran the calls: about 2.5 s more CPU per run. The calls themselves: 2.5-2.6 s in one
+worker; with two, 1.5-1.7 s each (they read and cast large tensors and share the memory bandwidth), so the
+second core saves about 0.85 s of the 2.6 s.
 
 Where the checker's time went and what took it out (one worker, 1000 MB dump): the metric pass 2.3-2.5 s of
 numpy became about 0.9 s (a compiled fused pass per chunk, precision/native_metrics.py, numpy's bits checked at
