@@ -104,6 +104,15 @@ def test_the_server_ends_with_its_pipe_and_leaves_nothing_behind():
     assert not os.path.exists(directory)
 
 
+def test_a_server_whose_controller_dies_ends_and_leaves_nothing_behind():
+    srv = ForkServer.start([])
+    srv.ready()
+    srv.proc.stdin.close()                  # what the controller's death does to the server's pipe
+    srv.proc.wait(timeout=30)
+    assert srv.proc.returncode == 0
+    assert not os.path.exists(srv.directory)
+
+
 def test_which_runs_want_a_server(monkeypatch):
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     monkeypatch.delenv(forkserver.ENV_SWITCH, raising=False)

@@ -255,8 +255,11 @@ def serve(fd: int) -> None:
     sys.path[0] = ""                # as for ``python -c``, the workers' command, not this file's directory
     status = 0
     try:
+        with socket.socket(fileno=os.dup(fd)) as named:
+            directory = os.path.dirname(named.getsockname())
         _serve(fd)
-    except BaseException:  # noqa: BLE001 - reported through the log; the clients fall back
+        _remove(directory)          # the controller closed its pipe, or died: nothing of the run is left here
+    except BaseException:  # noqa: BLE001 - reported through the log (kept for the controller); clients fall back
         import traceback
         traceback.print_exc()
         status = 1
