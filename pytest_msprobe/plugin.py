@@ -20,27 +20,17 @@ from .settings import Settings, add_options
 
 CONTROLLER_KEY = pytest.StashKey["Any"]()
 FORK_SERVER_KEY = pytest.StashKey["Any"]()
-_EARLY_SERVER: list = []         # the fork server started as this module was imported, until a run takes it
 
 
-def _early_fork_server(argv: list) -> None:
-    """The pytest command (``pytest ...``, ``python -m pytest ...``) that plainly asks for a check with local
-    workers gets its fork server while pytest is still loading its plugins, about 0.1 s before it has parsed
-    the options; the parsed options then confirm it (:func:`_start_fork_server`), or it is closed."""
-    prog = os.path.basename(argv[0]) if argv else ""
-    if prog not in ("pytest", "py.test") and not (prog == "__main__.py" and
-                                                 os.path.basename(os.path.dirname(argv[0])) == "pytest"):
-        return
-    from . import forkserver
-    if forkserver.asked_by(argv[1:]):
-        server = forkserver.ForkServer.start(forkserver.loaded_modules())
-        if server is not None:
-            import atexit
-            _EARLY_SERVER.append(server)
-            atexit.register(lambda: [s.close() for s in _EARLY_SERVER])    # one no run took
+def _early_fork_server() -> None:
+    """A command line that plainly asks for a check with local workers starts its fork server now, as pytest
+    loads this plugin (:func:`.forkserver.start_early`)."""
+    if "--msprobe-api-info" in " ".join(sys.argv[1:]):     # cheap for every other pytest run
+        from . import forkserver
+        forkserver.start_early(sys.argv)
 
 
-_early_fork_server(sys.argv)
+_early_fork_server()
 
 
 def pytest_addhooks(pluginmanager: Any) -> None:
@@ -57,19 +47,16 @@ def pytest_load_initial_conftests(early_config: Any, parser: Any, args: list) ->
     imports what every worker needs while the controller is still starting (:mod:`.forkserver`)."""
     if getattr(early_config.known_args_namespace, "msprobe_api_info", None):
         _start_fork_server(early_config, early_config.known_args_namespace)
-    while _EARLY_SERVER:                # the command line seemed to ask for one; the options do not
-        _EARLY_SERVER.pop().close()
+    forkserver = sys.modules.get(f"{__package__}.forkserver")     # imported only where one may have started
+    if forkserver is not None:
+        forkserver.discard_early()      # the command line seemed to ask for one; the options do not
 
 
 def _start_fork_server(config: Any, option: Any, controller: bool = False) -> Any:
-    from . import forkserver
     server = config.stash.get(FORK_SERVER_KEY, None)
-    if server is None and forkserver.wanted(option, controller):
-        if _EARLY_SERVER:
-            server = _EARLY_SERVER.pop()
-            server.rewrite_hook = config.pluginmanager.rewrite_hook
-        else:
-            server = forkserver.ForkServer.start(forkserver.loaded_modules(), config.pluginmanager.rewrite_hook)
+    if server is None:
+        from . import forkserver
+        server = forkserver.for_run(option, config.pluginmanager.rewrite_hook, controller)
         if server is not None:
             config.stash[FORK_SERVER_KEY] = server
     return server

@@ -157,16 +157,15 @@ def test_a_command_line_that_plainly_asks_for_workers(monkeypatch):
 def test_an_early_server_no_run_takes_is_closed(pytester, monkeypatch):
     """``pytest --msprobe-api-info D -n 2`` starts its server as the plugin is imported; options that then
     say otherwise (here a --tx that is not local) close it, and the run goes on."""
-    from pytest_msprobe import plugin
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
-    plugin._early_fork_server(["/usr/bin/pytest", "--msprobe-api-info", "d", "-n", "2"])
-    assert len(plugin._EARLY_SERVER) == 1
-    server = plugin._EARLY_SERVER[0]
+    forkserver.start_early(["/usr/bin/pytest", "--msprobe-api-info", "d", "-n", "2"])
+    assert len(forkserver._EARLY) == 1
+    server = forkserver._EARLY[0]
     import shutil
     shutil.copytree(DATA / "mlp_fp32_tensor_L1", pytester.path / "dump")
     res = pytester.runpytest_inprocess("--msprobe-api-info", str(pytester.path / "dump"), "--co", "-q")
     assert res.ret == 0
-    assert plugin._EARLY_SERVER == [] and server.proc.poll() is not None
+    assert forkserver._EARLY == [] and server.proc.poll() is not None
     assert not os.path.exists(server.directory)
 
 
