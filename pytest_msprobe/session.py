@@ -11,7 +11,7 @@ from typing import Any
 
 from .collect import freeze_long_lived
 from .devices.base import device_for_slot, worker_index
-from .replay import CaseResult, RunOptions, run_case, run_with_timeout
+from .replay import CaseResult, RunOptions, prepare_compare, run_case, run_with_timeout
 from .settings import DEFAULT_STANDARD, Settings
 
 
@@ -92,6 +92,7 @@ class CheckSession:
             self._device_index = device_for_slot(self.slot, ids)
             self._backend = backend
             self._share_cpu_threads()
+            prepare_compare()                  # the metric kernel built before any call's time limit runs
             freeze_long_lived(self.config)     # torch's objects and the run's live to its end
         return self._backend, self._device_index
 

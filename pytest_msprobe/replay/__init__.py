@@ -21,6 +21,7 @@ from .result import (
     describe,
     error_result,
     judge,
+    prepare_compare,
     reason,
     seed_note,
     skip_result,
@@ -29,5 +30,5 @@ from .timeout import run_with_timeout
 
 __all__ = ["INVALID", "MULTI_BACKWARD_MESSAGE", "NO_BACKWARD_MESSAGE", "OUT_KWARG_MESSAGE", "RANDOM_DATA",
            "REAL_DATA", "CaseResult", "RunOptions", "case_name", "data_mode", "describe", "error_result",
-           "item_seed", "judge", "raise_target", "reason", "run_case", "run_with_inputs", "run_with_timeout",
-           "seed_note", "skip_result"]
+           "item_seed", "judge", "prepare_compare", "raise_target", "reason", "run_case", "run_with_inputs",
+           "run_with_timeout", "seed_note", "skip_result"]

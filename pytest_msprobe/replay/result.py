@@ -114,6 +114,15 @@ def _compare() -> Any:
     return compare
 
 
+def prepare_compare() -> None:
+    """Compile (first use of a user) and load the metric kernel now, once per process, so that no call's
+    ``--msprobe-timeout`` counts it."""
+    _compare()                      # hands the kernel its builder
+    from ..precision import native_metrics
+    if native_metrics.enabled():
+        native_metrics.library()
+
+
 def skip_result(name: str, message: str, *, data_mode: str = REAL_DATA, seed: int | None = None,
                 direction_row: bool = True) -> CaseResult:
     """API-level SKIP (spec 3.4): result row with the message, one SKIP details row."""
