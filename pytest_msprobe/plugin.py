@@ -14,23 +14,23 @@ from typing import Any, Callable
 
 import pytest
 
-from . import hookspec
-from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, is_api_item, settle
-from .settings import Settings, add_options
-
-CONTROLLER_KEY = pytest.StashKey["Any"]()
-FORK_SERVER_KEY = pytest.StashKey["Any"]()
-
 
 def _early_fork_server() -> None:
     """A command line that plainly asks for a check with local workers starts its fork server now, as pytest
-    loads this plugin (:func:`.forkserver.start_early`)."""
+    loads this plugin, before the plugin's own modules (:func:`.forkserver.start_early`)."""
     if "--msprobe-api-info" in " ".join(sys.argv[1:]):     # cheap for every other pytest run
         from . import forkserver
         forkserver.start_early(sys.argv)
 
 
 _early_fork_server()
+
+from . import hookspec  # noqa: E402 - after the early start, which needs none of them
+from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, is_api_item, settle  # noqa: E402
+from .settings import Settings, add_options  # noqa: E402
+
+CONTROLLER_KEY = pytest.StashKey["Any"]()
+FORK_SERVER_KEY = pytest.StashKey["Any"]()
 
 
 def pytest_addhooks(pluginmanager: Any) -> None:

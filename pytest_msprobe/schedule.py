@@ -4,11 +4,18 @@ Workers run the API items largest first (:func:`.select.by_size`), but xdist's f
 worker a run of consecutive items (``load``: a chunk each; ``worksteal``: an equal block each), so the few
 largest calls would all land on the first worker and finish last. Here the items of that first distribution
 are dealt like cards: with ``n`` workers, worker ``k`` gets items ``k, k + n, k + 2n, ...`` of it, so each
-starts on one of the ``n`` largest calls and they spread evenly. Everything after (refills, stealing, a host
-lost mid-run) is xdist's own.
+starts on one of the ``n`` largest calls and they spread evenly.
+
+``load`` then refills a worker when its queue drops below a few items, down to two near the end. A worker runs an
+item only once it knows the next one (its teardown needs it), so with two queued it runs one and waits for the
+controller's answer: a round trip per item (5-10 ms on a busy 2-core machine) when the items last a few
+milliseconds, as the small calls that come last do. Here a ``load`` worker also keeps :data:`QUEUED_S` of work
+queued, estimated from its last item, at most a fair share of what is left. Stealing and a host lost mid-run are
+xdist's own.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 from xdist.scheduler import LoadScheduling, WorkStealingScheduling
@@ -31,8 +38,23 @@ class _Dealt:
         super()._send_tests(node, num)
 
 
+QUEUED_S = 0.05        # seconds of work a ``load`` worker keeps queued beyond the item it runs
+MAX_QUEUED = 64        # items, whatever the estimate
+
+
 class DealtLoad(_Dealt, LoadScheduling):
-    """``--dist load`` with a dealt first distribution."""
+    """``--dist load`` with a dealt first distribution and a queue that covers the controller's round trip."""
+
+    def check_schedule(self, node: Any, duration: float = 0) -> None:
+        super().check_schedule(node, duration)
+        if node.shutting_down or not self.pending or node not in self.node2pending:
+            return
+        queued = self.node2pending[node]
+        # items run largest first, so the last one's duration bounds the next ones': the estimate errs long
+        want = min(MAX_QUEUED, max(2, math.ceil(QUEUED_S / max(duration, 1e-4))),
+                   1 + len(self.pending) // len(self.node2pending))
+        if len(queued) < want:
+            self._send_tests(node, want - len(queued))
 
 
 class DealtWorksteal(_Dealt, WorkStealingScheduling):

@@ -77,3 +77,73 @@ def test_the_controller_starts_the_workers_without_importing_torch(pytester):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert (pytester.path / "controller.txt").read_text() == "False"
+
+
+class _Node:
+    """What xdist's schedulers use of a worker: the items sent to it, and whether it was told to stop."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = type("Gateway", (), {"id": name})()
+        self.sent: list = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indices: list) -> None:
+        self.sent.extend(indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def _scheduler(pytester, n_items: int):
+    """A dealt ``load`` scheduler over two fake workers that collected ``n_items`` items, after its first
+    distribution."""
+    from pytest_msprobe.schedule import DealtLoad
+    sched = DealtLoad(pytester.parseconfig("--tx", "2*popen", "-p", "xdist"))
+    nodes = [_Node("gw0"), _Node("gw1")]
+    for node in nodes:
+        sched.add_node(node)
+        sched.add_node_collection(node, [f"dump.json::Api.{i}" for i in range(n_items)])
+    sched.schedule()
+    return sched, nodes
+
+
+def _run_queue(sched, node, duration: float) -> list:
+    """Complete ``node``'s items one at a time, each taking ``duration``: after each, its queue length and how
+    many items were still unsent."""
+    steps = []
+    while sched.node2pending[node] and not node.shutting_down:
+        sched.mark_test_complete(node, sched.node2pending[node][0], duration)
+        steps.append((len(sched.node2pending[node]), len(sched.pending)))
+    return steps
+
+
+def test_a_load_worker_on_short_items_keeps_enough_queued_to_cover_the_round_trip(pytester):
+    """xdist refills a queue below a quarter of the fair share, down to two items near the end: a worker then
+    waits for the controller after every item. Items of 2 ms keep 50 ms of work queued instead (25 items),
+    never more than a fair share of what is left, and every item still runs exactly once."""
+    from pytest_msprobe.schedule import QUEUED_S
+    sched, (a, b) = _scheduler(pytester, 400)
+    want = round(QUEUED_S / 0.002)
+    steps = _run_queue(sched, a, 0.002)
+    refilled = [(queued, left) for queued, left in steps if left > 0]
+    assert len(refilled) > 100
+    assert all(queued >= min(want, 1 + left // 2) for queued, left in refilled), steps
+    assert any(queued == want for queued, _ in refilled)      # xdist's own refill would have left 2 near the end
+    assert all(queued <= max(want, 400 // 4) for queued, _ in steps)
+    _run_queue(sched, b, 0.002)
+    assert not sched.pending and a.shutting_down and b.shutting_down
+    assert sorted(a.sent + b.sent) == list(range(400))
+
+
+def test_a_load_worker_on_long_items_is_refilled_as_xdist_refills_it(pytester):
+    """Items of 200 ms cover any round trip: the queue runs down and is refilled exactly as xdist's own ``load``
+    does it (apart from the dealt first distribution)."""
+    from xdist.scheduler import LoadScheduling
+    sched, (a, _) = _scheduler(pytester, 400)
+    plain = LoadScheduling(pytester.parseconfig("--tx", "2*popen", "-p", "xdist"))
+    nodes = [_Node("gw0"), _Node("gw1")]
+    for node in nodes:
+        plain.add_node(node)
+        plain.add_node_collection(node, [f"dump.json::Api.{i}" for i in range(400)])
+    plain.schedule()
+    assert _run_queue(sched, a, 0.2) == _run_queue(plain, nodes[0], 0.2)

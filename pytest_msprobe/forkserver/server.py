@@ -281,8 +281,9 @@ def _serve(fd: int) -> None:
         if not modules:
             break
         _preload(modules)
-    gc.collect()
-    gc.freeze()                     # the imported objects are shared with every child, untouched
+    # the imported objects are shared with every child, untouched by its collector; no collection first: imports
+    # leave a few dozen garbage objects, and a pass over torch's objects would delay the first fork by ~80 ms
+    gc.freeze()
     import threading
     if threading.active_count() != 1:
         raise RuntimeError(f"{threading.active_count()} Python threads after the imports: forking beside them is "
