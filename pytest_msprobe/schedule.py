@@ -6,19 +6,38 @@ largest calls would all land on the first worker and finish last. Here the items
 are dealt like cards: with ``n`` workers, worker ``k`` gets items ``k, k + n, k + 2n, ...`` of it, so each
 starts on one of the ``n`` largest calls and they spread evenly.
 
-``load`` then refills a worker when its queue drops below a few items, down to two near the end. A worker runs an
-item only once it knows the next one (its teardown needs it), so with two queued it runs one and waits for the
-controller's answer: a round trip per item (5-10 ms on a busy 2-core machine) when the items last a few
-milliseconds, as the small calls that come last do. Here a ``load`` worker also keeps :data:`QUEUED_S` of work
-queued, estimated from its last item, at most a fair share of what is left. Stealing and a host lost mid-run are
-xdist's own.
+``load`` does more (:class:`DealtLoad`):
+
+* when every worker runs on this machine, it starts a worker as soon as that worker has collected. xdist waits
+  for every worker's collection, and workers start one after another (each gateway waits for the previous
+  one to answer), so with ``-n 32`` the first worker would idle until the 32nd has collected. A worker whose
+  collection differs from the first one's gets nothing to run, and the difference is reported as a
+  collection error, as xdist reports it. With workers on other hosts the run starts once all have
+  collected, as xdist's does: hosts come up seconds apart, and a fast one would take every call of a small
+  dump before the others (and their devices) take part;
+* it keeps a worker's queue deep enough for the controller's round trip. A worker runs an item only once it
+  knows the next one (its teardown needs it), so with two queued, the least xdist keeps near the end, it
+  runs one and waits for the controller's answer: a round trip per item (5-10 ms on a busy 2-core machine)
+  where the small calls that come last take 2-3 ms. Each worker keeps at least three items and about
+  :data:`QUEUED_S` of work queued, estimated from its last item, never more than a fair share of what is left.
+
+Stealing and a host lost mid-run are xdist's own.
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Optional
 
+import pytest
 from xdist.scheduler import LoadScheduling, WorkStealingScheduling
+
+
+def _deal(pending: list, n: int, num: int) -> None:
+    """Reorder the first ``n * num`` items in place so that its consecutive runs of ``num`` are dealt: run
+    ``k`` holds items ``k, k + n, k + 2n, ...`` of it."""
+    window = pending[: n * num]
+    if n > 1 and len(window) == n * num:
+        pending[: n * num] = [i for k in range(n) for i in window[k::n]]
 
 
 class _Dealt:
@@ -31,30 +50,114 @@ class _Dealt:
         if not self._dealt:
             self._dealt = True
             nodes = list(self.node2pending)
-            n = len(nodes)
-            window = self.pending[: n * num]
-            if n > 1 and nodes[0] is node and len(window) == n * num:
-                self.pending[: n * num] = [i for k in range(n) for i in window[k::n]]
+            if nodes[0] is node:
+                _deal(self.pending, len(nodes), num)
         super()._send_tests(node, num)
 
 
 QUEUED_S = 0.05        # seconds of work a ``load`` worker keeps queued beyond the item it runs
+MIN_QUEUED = 3         # the item it runs, the next one (for its teardown), and one to cover the round trip
 MAX_QUEUED = 64        # items, whatever the estimate
 
 
-class DealtLoad(_Dealt, LoadScheduling):
-    """``--dist load`` with a dealt first distribution and a queue that covers the controller's round trip."""
+class DealtLoad(LoadScheduling):
+    """``--dist load``: each worker starts once it has collected, on its dealt share of the largest calls, and
+    keeps a queue that covers the controller's round trip.
+
+    The dealt shares of workers that have not started yet are held back while the started ones have other
+    items to take; when nothing else is left, the started workers take them too (a late or lost worker
+    holds nothing up)."""
+
+    def __init__(self, config: Any, log: Any = None) -> None:
+        super().__init__(config, log)
+        self._started: set = set()          # workers that have had their first share
+        self._shares: list = []             # the dealt first shares not handed out yet
+        from .hosts import is_remote, tx_specs
+        self._early = not any(is_remote(spec) for spec in tx_specs(config)[0])   # all on this machine
+
+    @property
+    def collection_is_completed(self) -> bool:
+        if self._early:
+            return bool(self.node2collection)   # the first worker's collection starts the run
+        return super().collection_is_completed
+
+    @property
+    def tests_finished(self) -> bool:
+        return not self._shares and super().tests_finished
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._shares) or super().has_pending
+
+    def add_node_collection(self, node: Any, collection: Any) -> None:
+        assert node in self.node2pending
+        if self.collection is not None and list(collection) != self.collection:
+            self._refuse(node, collection)
+            return
+        self.node2collection[node] = list(collection)
+
+    def _refuse(self, node: Any, collection: Any) -> None:
+        """A worker that collected other items than the first: a collection error, and nothing to run."""
+        from xdist.report import report_collection_diff
+        first = next(iter(self.node2collection))
+        msg = report_collection_diff(self.collection, list(collection), first.gateway.id, node.gateway.id)
+        self.log(msg)
+        self.config.hook.pytest_collectreport(
+            report=pytest.CollectReport(nodeid=node.gateway.id, outcome="failed", longrepr=msg, result=[]))
+        if not node.shutting_down:
+            node.shutdown()
+
+    def schedule(self) -> None:
+        assert self.collection_is_completed
+        if self.collection is None:         # the first collection: the run's items, dealt for every worker
+            if not self._check_nodes_have_same_collection():
+                self.log("**Different tests collected, aborting run**")
+                return
+            self.collection = list(next(iter(self.node2collection.values())))
+            self.pending[:] = range(len(self.collection))
+            if self.maxschedchunk is None:
+                self.maxschedchunk = len(self.collection)
+            n = max(self.numnodes, 1)
+            # a first share is a quarter of a worker's fair share, as xdist's first chunk, and at least two
+            # items (a worker runs one only once it knows the next)
+            share = max(2, min(len(self.collection) // n // 4, self.maxschedchunk))
+            window = self.pending[: n * share]
+            del self.pending[: n * share]
+            self._shares = [run for run in (window[k::n] for k in range(n)) if run]
+        for node in self.nodes:
+            self.check_schedule(node)
+
+    def _start(self, node: Any) -> None:
+        self._started.add(node)
+        if self._shares:
+            share = self._shares.pop(0)
+            self.node2pending[node].extend(share)
+            node.send_runtest_some(share)
+        else:                               # more workers than shares: what the others take
+            self._send_tests(node, MIN_QUEUED)
 
     def check_schedule(self, node: Any, duration: float = 0) -> None:
-        super().check_schedule(node, duration)
-        if node.shutting_down or not self.pending or node not in self.node2pending:
-            return
-        queued = self.node2pending[node]
-        # items run largest first, so the last one's duration bounds the next ones': the estimate errs long
-        want = min(MAX_QUEUED, max(2, math.ceil(QUEUED_S / max(duration, 1e-4))),
-                   1 + len(self.pending) // len(self.node2pending))
-        if len(queued) < want:
-            self._send_tests(node, want - len(queued))
+        if node not in self.node2collection or node.shutting_down:
+            return                          # not collected yet, or refused: nothing is sent to it
+        if node not in self._started:
+            self._start(node)
+        else:
+            if not self.pending and self._shares:     # nothing else left: the shares not handed out yet
+                self.pending.extend(i for share in self._shares for i in share)
+                self._shares.clear()
+            super().check_schedule(node, duration)
+            if node.shutting_down or not self.pending or node not in self.node2pending:
+                return
+            queued = self.node2pending[node]
+            # items run largest first, so the last one's duration bounds the next ones': the estimate errs long
+            want = min(MAX_QUEUED, max(MIN_QUEUED, math.ceil(QUEUED_S / max(duration, 1e-4))),
+                       1 + len(self.pending) // len(self.node2pending))
+            if len(queued) < want:
+                self._send_tests(node, want - len(queued))
+        if not self.pending and not self._shares:   # every worker runs what it holds and stops
+            for other in self.nodes:
+                if not other.shutting_down:
+                    other.shutdown()
 
 
 class DealtWorksteal(_Dealt, WorkStealingScheduling):

@@ -1,4 +1,5 @@
-"""xdist's first distribution deals the largest calls out one per worker (real xdist workers, real dumps)."""
+"""xdist's first distribution deals the largest calls out one per worker; under ``load`` a worker starts as soon
+as it has collected and keeps its queue fed (real xdist workers and real dumps, and the scheduler itself)."""
 from __future__ import annotations
 
 import json
@@ -21,6 +22,23 @@ def pytest_runtest_logreport(report):
             fh.write(json.dumps([report.nodeid, node.gateway.id]) + "\\n")
 '''
 
+HOLD = '''
+import os, pathlib, time
+
+HERE = pathlib.Path(__file__).parent
+
+
+def pytest_runtest_call(item):
+    # gw1 says it runs; gw0 runs nothing until then: the second worker starts, however late, with work left
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker == "gw1":
+        (HERE / "running.gw1").write_text("")
+    elif worker == "gw0":
+        deadline = time.time() + 120
+        while not (HERE / "running.gw1").exists() and time.time() < deadline:
+            time.sleep(0.01)
+'''
+
 
 def _dump(path) -> None:
     """A step of 12 small matmuls, then two large ones (the costliest calls come last in dump order)."""
@@ -40,8 +58,10 @@ def _dump(path) -> None:
 
 @pytest.mark.parametrize("dist", ["load", "worksteal"])
 def test_the_two_largest_calls_run_on_different_workers(pytester, dist):
+    """Each worker starts on one of the two largest calls, whichever worker collects first (gw0 waits in its first
+    call until gw1 runs, so that the order in which they start cannot decide it)."""
     _dump(pytester.path / "dump")
-    pytester.makeconftest(WHERE)
+    pytester.makeconftest(WHERE + HOLD)
     res = pytester.runpytest("--msprobe-api-info", str(pytester.path / "dump" / "step0"), "--msprobe-random",
                              "-n", "2", "--dist", dist, "-p", "no:randomly")
     assert res.parseoutcomes().get("passed") == 14, res.stdout.str()
@@ -111,7 +131,7 @@ def _run_queue(sched, node, duration: float) -> list:
     """Complete ``node``'s items one at a time, each taking ``duration``: after each, its queue length and how
     many items were still unsent."""
     steps = []
-    while sched.node2pending[node] and not node.shutting_down:
+    while sched.node2pending[node]:
         sched.mark_test_complete(node, sched.node2pending[node][0], duration)
         steps.append((len(sched.node2pending[node]), len(sched.pending)))
     return steps
@@ -135,15 +155,124 @@ def test_a_load_worker_on_short_items_keeps_enough_queued_to_cover_the_round_tri
     assert sorted(a.sent + b.sent) == list(range(400))
 
 
-def test_a_load_worker_on_long_items_is_refilled_as_xdist_refills_it(pytester):
-    """Items of 200 ms cover any round trip: the queue runs down and is refilled exactly as xdist's own ``load``
-    does it (apart from the dealt first distribution)."""
-    from xdist.scheduler import LoadScheduling
-    sched, (a, _) = _scheduler(pytester, 400)
-    plain = LoadScheduling(pytester.parseconfig("--tx", "2*popen", "-p", "xdist"))
-    nodes = [_Node("gw0"), _Node("gw1")]
-    for node in nodes:
-        plain.add_node(node)
-        plain.add_node_collection(node, [f"dump.json::Api.{i}" for i in range(400)])
-    plain.schedule()
-    assert _run_queue(sched, a, 0.2) == _run_queue(plain, nodes[0], 0.2)
+def test_a_load_worker_on_long_items_keeps_three_queued(pytester):
+    """Items of 200 ms cover any round trip; the queue keeps three items (the one running, the next one its
+    teardown needs, one in flight) while enough are left to send (never more than a fair share of the rest),
+    and never more than xdist's own refill."""
+    sched, (a, b) = _scheduler(pytester, 400)
+    steps = _run_queue(sched, a, 0.2)
+    assert all(queued >= min(3, 1 + left // 2) for queued, left in steps if left > 0), steps
+    assert all(queued <= max(3, 400 // 2 // 2) for queued, _ in steps), steps
+    _run_queue(sched, b, 0.2)
+    assert sorted(a.sent + b.sent) == list(range(400))
+
+
+def test_the_first_worker_to_collect_starts_and_a_late_one_gets_its_dealt_share(pytester):
+    """xdist waits for every worker's collection; here the first one starts on the largest item at once, the
+    second one's share (the second largest, ...) is held back while other items remain, and is handed out when
+    that worker collects."""
+    from pytest_msprobe.schedule import DealtLoad
+    sched = DealtLoad(pytester.parseconfig("--tx", "2*popen", "-p", "xdist"))
+    a, b = _Node("gw0"), _Node("gw1")
+    ids = [f"dump.json::Api.{i}" for i in range(40)]
+    sched.add_node(a)
+    sched.add_node(b)
+    sched.add_node_collection(b, ids)
+    assert sched.collection_is_completed
+    sched.schedule()
+    assert b.sent == [0, 2, 4, 6, 8] and a.sent == []        # share 0 of the dealt window (2 x 5 items)
+    for _ in range(10):                                       # b runs on: items beyond the window, not a's
+        sched.mark_test_complete(b, sched.node2pending[b][0], 0.2)
+    assert not set(b.sent) & {1, 3, 5, 7, 9}
+    sched.add_node_collection(a, ids)
+    sched.schedule()
+    assert a.sent[:5] == [1, 3, 5, 7, 9]
+    assert not sched.tests_finished
+
+
+def test_a_late_worker_s_share_goes_to_the_started_ones_when_nothing_else_is_left(pytester):
+    from pytest_msprobe.schedule import DealtLoad
+    sched = DealtLoad(pytester.parseconfig("--tx", "2*popen", "-p", "xdist"))
+    a, b = _Node("gw0"), _Node("gw1")
+    sched.add_node(a)
+    sched.add_node(b)
+    sched.add_node_collection(a, [f"dump.json::Api.{i}" for i in range(40)])
+    sched.schedule()
+    assert not sched.tests_finished
+    _run_queue(sched, a, 0.01)                                # b never collects
+    assert sorted(a.sent) == list(range(40)) and a.shutting_down
+    assert sched.tests_finished and not sched.has_pending
+
+
+def test_a_worker_that_collected_other_items_gets_nothing_and_is_a_collection_error(pytester):
+    from pytest_msprobe.schedule import DealtLoad
+    config = pytester.parseconfig("--tx", "2*popen", "-p", "xdist")
+    errors = []
+
+    class Recorder:
+        def pytest_collectreport(self, report):
+            errors.append(report)
+
+    config.pluginmanager.register(Recorder())
+    sched = DealtLoad(config)
+    a, b = _Node("gw0"), _Node("gw1")
+    sched.add_node(a)
+    sched.add_node(b)
+    sched.add_node_collection(a, [f"dump.json::Api.{i}" for i in range(40)])
+    sched.schedule()
+    sched.add_node_collection(b, [f"dump.json::Api.{i}" for i in range(39)])
+    sched.schedule()
+    assert b.sent == [] and b.shutting_down
+    assert len(errors) == 1 and errors[0].failed and errors[0].nodeid == "gw1"
+    assert "Api.39" in str(errors[0].longrepr)
+    _run_queue(sched, a, 0.01)
+    assert sorted(a.sent) == list(range(40))
+
+
+EARLY = """
+import json, os, pathlib, time
+
+HERE = pathlib.Path(__file__).parent
+
+
+def pytest_collection_finish(session):
+    # gw1 finishes its collection only once gw0 has run three calls (or after 120 s: then the check fails)
+    if os.environ.get("PYTEST_XDIST_WORKER") == "gw1":
+        deadline = time.time() + 120
+        while len(list(HERE.glob("ran.gw0.*"))) < 3 and time.time() < deadline:
+            time.sleep(0.01)
+        (HERE / "gw1_collected_after.txt").write_text(str(len(list(HERE.glob("ran.gw0.*")))))
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and os.environ.get("PYTEST_XDIST_WORKER") == "gw0":
+        (HERE / f"ran.gw0.{report.nodeid.rsplit('.', 1)[-1]}").write_text("")
+"""
+
+
+def test_a_worker_runs_calls_before_the_other_has_collected(pytester):
+    """A real run: gw1's collection waits for gw0 to run three calls, which xdist's own ``load`` never lets it
+    do (it waits for every collection first); every call still runs once and the run passes."""
+    _dump(pytester.path / "dump")
+    pytester.makeconftest(EARLY)
+    res = pytester.runpytest("--msprobe-api-info", str(pytester.path / "dump" / "step0"), "--msprobe-random",
+                             "-n", "2", "-p", "no:randomly")
+    assert res.parseoutcomes().get("passed") == 14, res.stdout.str()
+    assert int((pytester.path / "gw1_collected_after.txt").read_text()) >= 3
+
+
+def test_with_workers_on_other_hosts_the_run_starts_once_all_have_collected(pytester):
+    """Hosts come up seconds apart: as xdist does, nothing starts before every worker has collected, and then
+    each gets its dealt share."""
+    from pytest_msprobe.schedule import DealtLoad
+    sched = DealtLoad(pytester.parseconfig("--tx", "2*socket=10.0.0.2:8888", "--dist", "load", "-p", "xdist"))
+    a, b = _Node("gw0"), _Node("gw1")
+    ids = [f"dump.json::Api.{i}" for i in range(40)]
+    sched.add_node(a)
+    sched.add_node(b)
+    sched.add_node_collection(a, ids)
+    assert not sched.collection_is_completed
+    sched.add_node_collection(b, ids)
+    assert sched.collection_is_completed
+    sched.schedule()
+    assert a.sent == [0, 2, 4, 6, 8] and b.sent == [1, 3, 5, 7, 9]
