@@ -129,35 +129,38 @@ class DealtLoad(LoadScheduling):
 
     def _start(self, node: Any) -> None:
         self._started.add(node)
-        if self._shares:
-            share = self._shares.pop(0)
+        share = self._shares.pop(0) if self._shares else []
+        if share:
             self.node2pending[node].extend(share)
             node.send_runtest_some(share)
-        else:                               # more workers than shares: what the others take
-            self._send_tests(node, MIN_QUEUED)
+        if len(self.node2pending[node]) < 2:      # it runs an item only once it knows the next, or is stopped
+            self._release_shares()
+            self._send_tests(node, MIN_QUEUED - len(self.node2pending[node]))
+            if not self.pending and not self._shares:
+                node.shutdown()                   # nothing more will come: it runs what it holds
+
+    def _release_shares(self) -> None:
+        """Nothing else left to send: the shares of workers not started yet go to whoever asks."""
+        if not self.pending and self._shares:
+            self.pending.extend(i for share in self._shares for i in share)
+            self._shares.clear()
 
     def check_schedule(self, node: Any, duration: float = 0) -> None:
         if node not in self.node2collection or node.shutting_down:
             return                          # not collected yet, or refused: nothing is sent to it
         if node not in self._started:
             self._start(node)
-        else:
-            if not self.pending and self._shares:     # nothing else left: the shares not handed out yet
-                self.pending.extend(i for share in self._shares for i in share)
-                self._shares.clear()
-            super().check_schedule(node, duration)
-            if node.shutting_down or not self.pending or node not in self.node2pending:
-                return
-            queued = self.node2pending[node]
-            # items run largest first, so the last one's duration bounds the next ones': the estimate errs long
-            want = min(MAX_QUEUED, max(MIN_QUEUED, math.ceil(QUEUED_S / max(duration, 1e-4))),
-                       1 + len(self.pending) // len(self.node2pending))
-            if len(queued) < want:
-                self._send_tests(node, want - len(queued))
-        if not self.pending and not self._shares:   # every worker runs what it holds and stops
-            for other in self.nodes:
-                if not other.shutting_down:
-                    other.shutdown()
+            return
+        self._release_shares()
+        super().check_schedule(node, duration)      # xdist's refill; with nothing left, it stops this worker
+        if node.shutting_down or not self.pending or node not in self.node2pending:
+            return
+        queued = self.node2pending[node]
+        # items run largest first, so the last one's duration bounds the next ones': the estimate errs long
+        want = min(MAX_QUEUED, max(MIN_QUEUED, math.ceil(QUEUED_S / max(duration, 1e-4))),
+                   1 + len(self.pending) // len(self.node2pending))
+        if len(queued) < want:
+            self._send_tests(node, want - len(queued))
 
 
 class DealtWorksteal(_Dealt, WorkStealingScheduling):
