@@ -40,6 +40,13 @@ brackets:
 * tensor dump: steady 2.61x (3.81x before, when the bare steps ran beside the writer's files and the kernel's
   writeback of them; now each bare step starts after both); first step 2.93x.
 
+A later run, after the ``load`` scheduler started each local worker as soon as it had collected and kept at
+least three items and about 50 ms of work queued (loop 0.205 s at the start, 0.287 s at the end, a slow
+phase): one worker 5.18 s at best, ``-n 2`` median of the rounds 0.88x (fresh workers 0.88x), CPU 7.8 s
+against 6.0 s; small dumps 1.10x (before 1.17-1.27x in the same session). Per worker, the time between its
+items beyond their durations went from 0.37-0.40 s to 0.21-0.34 s on this dump (it no longer waits for the
+controller's answer after each small call).
+
 Where ``-n 2`` spends what one worker does not (CPU): the fork server imports pytest and torch once (about
 1.4 s), each forked worker sets pytest up (about 0.15-0.3 s: its plugins, which pytest rewrites as it imports
 them, so they cannot be imported ahead), collects, pays its own first calls and, at its end, torch's library
