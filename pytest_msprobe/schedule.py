@@ -32,12 +32,17 @@ import pytest
 from xdist.scheduler import LoadScheduling, WorkStealingScheduling
 
 
+def _runs(window: list, n: int) -> list:
+    """``window`` dealt to ``n`` hands like cards: hand ``k`` holds items ``k, k + n, k + 2n, ...`` of it."""
+    return [window[k::n] for k in range(n)]
+
+
 def _deal(pending: list, n: int, num: int) -> None:
-    """Reorder the first ``n * num`` items in place so that its consecutive runs of ``num`` are dealt: run
-    ``k`` holds items ``k, k + n, k + 2n, ...`` of it."""
+    """Reorder the first ``n * num`` items in place so that its consecutive runs of ``num`` are the dealt
+    hands (:func:`_runs`)."""
     window = pending[: n * num]
     if n > 1 and len(window) == n * num:
-        pending[: n * num] = [i for k in range(n) for i in window[k::n]]
+        pending[: n * num] = [i for run in _runs(window, n) for i in run]
 
 
 class _Dealt:
@@ -66,7 +71,8 @@ class DealtLoad(LoadScheduling):
 
     The dealt shares of workers that have not started yet are held back while the started ones have other
     items to take; when nothing else is left, the started workers take them too (a late or lost worker
-    holds nothing up)."""
+    holds nothing up). No worker is stopped while another still holds calls it might lose: the session
+    stops them all once every one holds its last call."""
 
     def __init__(self, config: Any, log: Any = None) -> None:
         super().__init__(config, log)
@@ -123,7 +129,7 @@ class DealtLoad(LoadScheduling):
             share = max(2, min(len(self.collection) // n // 4, self.maxschedchunk))
             window = self.pending[: n * share]
             del self.pending[: n * share]
-            self._shares = [run for run in (window[k::n] for k in range(n)) if run]
+            self._shares = [run for run in _runs(window, n) if run]
         for node in self.nodes:
             self.check_schedule(node)
 
@@ -136,8 +142,6 @@ class DealtLoad(LoadScheduling):
         if len(self.node2pending[node]) < 2:      # it runs an item only once it knows the next, or is stopped
             self._release_shares()
             self._send_tests(node, MIN_QUEUED - len(self.node2pending[node]))
-            if not self.pending and not self._shares:
-                node.shutdown()                   # nothing more will come: it runs what it holds
 
     def _release_shares(self) -> None:
         """Nothing else left to send: the shares of workers not started yet go to whoever asks."""
@@ -152,12 +156,19 @@ class DealtLoad(LoadScheduling):
             self._start(node)
             return
         self._release_shares()
-        super().check_schedule(node, duration)      # xdist's refill; with nothing left, it stops this worker
+        if not self.pending:
+            # nothing left to send: xdist would stop this worker now, but the calls of a worker lost later
+            # would then find none to take them; the session stops every worker once each holds its last
+            # call (tests_finished), and the last calls are the smallest
+            return
+        super().check_schedule(node, duration)      # xdist's refill
         if node.shutting_down or not self.pending or node not in self.node2pending:
             return
         queued = self.node2pending[node]
-        # items run largest first, so the last one's duration bounds the next ones': the estimate errs long
-        want = min(MAX_QUEUED, max(MIN_QUEUED, math.ceil(QUEUED_S / max(duration, 1e-4))),
+        # items run largest first, so the last one's duration bounds the next ones': the estimate errs long;
+        # without one (a new worker collected, another was lost) the queue keeps its minimum
+        per_item = max(duration, 1e-4) if duration > 0 else QUEUED_S
+        want = min(MAX_QUEUED, max(MIN_QUEUED, math.ceil(QUEUED_S / per_item)),
                    1 + len(self.pending) // len(self.node2pending))
         if len(queued) < want:
             self._send_tests(node, want - len(queued))

@@ -29,13 +29,14 @@ HERE = pathlib.Path(__file__).parent
 
 
 def pytest_runtest_call(item):
-    # gw1 says it runs; gw0 runs nothing until then: the second worker starts, however late, with work left
+    # each worker says it runs, then runs nothing until the other one does: both start with work left,
+    # however late the second one collects
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker == "gw1":
-        (HERE / "running.gw1").write_text("")
-    elif worker == "gw0":
+    if worker in ("gw0", "gw1"):
+        (HERE / f"running.{worker}").write_text("")
+        other = HERE / ("running.gw1" if worker == "gw0" else "running.gw0")
         deadline = time.time() + 120
-        while not (HERE / "running.gw1").exists() and time.time() < deadline:
+        while not other.exists() and time.time() < deadline:
             time.sleep(0.01)
 '''
 
@@ -58,8 +59,8 @@ def _dump(path) -> None:
 
 @pytest.mark.parametrize("dist", ["load", "worksteal"])
 def test_the_two_largest_calls_run_on_different_workers(pytester, dist):
-    """Each worker starts on one of the two largest calls, whichever worker collects first (gw0 waits in its first
-    call until gw1 runs, so that the order in which they start cannot decide it)."""
+    """Each worker starts on one of the two largest calls, whichever worker collects first (each waits in its
+    first call until the other runs, so that how far apart they start cannot decide it)."""
     _dump(pytester.path / "dump")
     pytester.makeconftest(WHERE + HOLD)
     res = pytester.runpytest("--msprobe-api-info", str(pytester.path / "dump" / "step0"), "--msprobe-random",
@@ -151,7 +152,7 @@ def test_a_load_worker_on_short_items_keeps_enough_queued_to_cover_the_round_tri
     assert any(queued == want for queued, _ in refilled)      # xdist's own refill would have left 2 near the end
     assert all(queued <= max(want, 400 // 4) for queued, _ in steps)
     _run_queue(sched, b, 0.002)
-    assert not sched.pending and a.shutting_down and b.shutting_down
+    assert not sched.pending and sched.tests_finished     # the session stops both (xdist's tests_finished)
     assert sorted(a.sent + b.sent) == list(range(400))
 
 
@@ -200,7 +201,7 @@ def test_a_late_worker_s_share_goes_to_the_started_ones_when_nothing_else_is_lef
     sched.schedule()
     assert not sched.tests_finished
     _run_queue(sched, a, 0.01)                                # b never collects
-    assert sorted(a.sent) == list(range(40)) and a.shutting_down
+    assert sorted(a.sent) == list(range(40))
     assert sched.tests_finished and not sched.has_pending
 
 
@@ -276,3 +277,31 @@ def test_with_workers_on_other_hosts_the_run_starts_once_all_have_collected(pyte
     assert sched.collection_is_completed
     sched.schedule()
     assert a.sent == [0, 2, 4, 6, 8] and b.sent == [1, 3, 5, 7, 9]
+
+
+def test_a_check_without_a_duration_tops_a_queue_up_to_its_minimum_only(pytester):
+    """schedule() and a lost worker check every worker with no duration: near the end of a run (where xdist
+    itself sends nothing to a worker holding two) that is no reason to queue more than the minimum."""
+    from pytest_msprobe.schedule import MIN_QUEUED
+    sched, (a, _) = _scheduler(pytester, 400)
+    del sched.pending[12:]                      # 12 items left to send: xdist keeps two queued
+    del sched.node2pending[a][2:]               # a holds two
+    sched.check_schedule(a)
+    assert len(sched.node2pending[a]) == MIN_QUEUED
+    sched.check_schedule(a, 0.002)              # a known 2 ms item: 50 ms of them, within a fair share
+    assert len(sched.node2pending[a]) == 1 + (12 - 1) // 2       # the fair share of the 11 then left
+
+
+def test_calls_of_a_worker_lost_after_the_queue_emptied_go_to_a_worker_still_there(pytester):
+    """xdist stops a worker as soon as nothing is left to send; a worker lost after that (a host gone) left
+    its calls to no one ("no active workers"). Here the drained worker waits at its last call and takes them."""
+    sched, (a, b) = _scheduler(pytester, 40)
+    while sched.pending or len(sched.node2pending[a]) > 1:
+        sched.mark_test_complete(a, sched.node2pending[a][0], 0.01)
+    assert not a.shutting_down and len(sched.node2pending[b]) >= 2 and not sched.tests_finished
+    held = list(sched.node2pending[b])
+    crashed = sched.remove_node(b)
+    assert crashed == f"dump.json::Api.{held[0]}"
+    assert len(sched.node2pending[a]) >= 2 and not a.shutting_down      # it goes on, with b's calls
+    _run_queue(sched, a, 0.01)
+    assert set(held[1:]) <= set(a.sent) and not sched.pending and sched.tests_finished
