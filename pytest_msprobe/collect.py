@@ -93,6 +93,7 @@ class ApiItem(pytest.Item):
         self.case = case
         self.skip_reason = skip_reason
         self.result: CaseResult | None = None
+        self.payload: dict | None = None      # for the controller, on the call's report (see wire)
 
     def runtest(self) -> None:
         sess = self.config.stash[SESSION_KEY]
@@ -103,8 +104,8 @@ class ApiItem(pytest.Item):
         else:
             result = sess.run(self.case, str(self.path))
         self.result = result
-        payload = wire.build(result, fail_on=settings.fail_on, precision=settings.precision)
-        self.user_properties.append((wire.PROPERTY, payload))
+        payload = self.payload = wire.build(result, fail_on=settings.fail_on, precision=settings.precision)
+        self.user_properties.extend(wire.properties(payload))
         note = seed_note(result)
         if result.skipped:
             pytest.skip(f"{result.message}{note}")

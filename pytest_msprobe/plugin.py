@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -26,7 +27,7 @@ def _early_fork_server() -> None:
 _early_fork_server()
 
 from . import hookspec  # noqa: E402 - after the early start, which needs none of them
-from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, is_api_item, settle  # noqa: E402
+from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, is_api_item, node_path, settle  # noqa: E402
 from .settings import Settings, add_options  # noqa: E402
 
 CONTROLLER_KEY = pytest.StashKey["Any"]()
@@ -177,12 +178,36 @@ def _leave_out_idle_hypothesis(config: Any) -> None:
         config.pluginmanager.unregister(plugin)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Any:
+    """An API item's payload goes to the controller on its call report (:func:`.wire.attach`)."""
+    outcome = yield
+    if call.when == "call" and is_api_item(item) and item.payload is not None:
+        from . import wire
+        wire.attach(outcome.get_result(), item.payload)
+
+
 def pytest_collect_file(file_path: Any, parent: Any) -> Any:
     sess = parent.config.stash.get(SESSION_KEY, None)
     real = os.path.realpath(file_path)
     if sess is None or real not in sess.dump_files:
         return None
-    return DumpFile.for_path(parent, file_path, sess.node_ids.get(real))
+    nodeid = sess.node_ids.get(real)
+    if nodeid is None and not _under(file_path, parent.config.rootpath):
+        # pytest names a file outside the rootdir after the argument that holds it: a dump given by its own
+        # path gets an empty name ("::Tensor.add_.0"), which says nothing and no report can be traced back to
+        # its file. Such a dump is named by its real path, as the workers on other hosts name it.
+        nodeid = node_path(parent.config.rootpath, str(file_path))
+    return DumpFile.for_path(parent, file_path, nodeid)
+
+
+def _under(path: Any, root: Any) -> bool:
+    """Whether pytest names ``path`` relative to the rootdir (it lies below it, symlinks unresolved)."""
+    try:
+        Path(path).relative_to(root)
+    except ValueError:
+        return False
+    return True
 
 
 @pytest.hookimpl(trylast=True)

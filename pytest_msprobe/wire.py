@@ -1,9 +1,12 @@
 """The per-API payload that travels from the process that ran an item to the controller (xdist included).
 
-It rides in ``report.user_properties`` under :data:`PROPERTY`: the API's result and details rows already as
-CSV cells, its statuses and data mode, and whether it fails. :func:`build` makes it from a
+It rides in the call report's ``user_properties`` under :data:`PROPERTY` (:func:`attach`; that report
+only, so setup and teardown reports stay small): the API's result and details rows already as CSV cells,
+its statuses and data mode, and whether it fails. :func:`build` makes it from a
 :class:`~pytest_msprobe.replay.CaseResult`, :func:`parse` finds it in a report, and :func:`crash` makes the
-error payload of an API whose worker died before it could send one.
+error payload of an API whose worker died before it could send one. What the item itself keeps in its
+``user_properties`` (and so junitxml's ``<properties>`` of its test case) is :func:`properties`: its
+statuses and data mode as plain strings.
 """
 from __future__ import annotations
 
@@ -32,6 +35,23 @@ def build(result: Any, *, fail_on: str, precision: int = DEFAULT_PRECISION) -> d
         "worst": [worst_row, worst_reason],
         "failing": result.failing(fail_on),
     }
+
+
+def properties(payload: dict) -> list:
+    """The item's own properties (junitxml writes them per test case): ``msprobe_forward``,
+    ``msprobe_backward``, ``msprobe_data_mode`` and, for an API that fails the run, ``msprobe_worst`` (the
+    worst row and why)."""
+    props = [("msprobe_forward", payload["forward"] or ""), ("msprobe_backward", payload["backward"] or ""),
+             ("msprobe_data_mode", payload.get("mode") or "")]
+    if payload.get("failing"):
+        row, reason = (payload.get("worst") or ("", ""))[:2]
+        props.append(("msprobe_worst", f"{row}: {' '.join(str(reason).split())}" if reason else str(row)))
+    return props
+
+
+def attach(report: Any, payload: dict) -> None:
+    """Put ``payload`` on this report alone (pytest hands every report of an item the item's own list)."""
+    report.user_properties = [*report.user_properties, (PROPERTY, payload)]
 
 
 def parse(report: Any) -> dict | None:

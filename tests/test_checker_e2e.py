@@ -12,6 +12,7 @@ import io
 import json
 import os
 import shutil
+from xml.etree import ElementTree
 
 import pytest
 import torch  # imported before pytester snapshots sys.modules: torch cannot be imported twice
@@ -144,12 +145,49 @@ def test_several_dumps_with_shared_call_names_get_labels(pytester, data_dir):
 
 
 def test_planted_fp16_error_fails_exactly_that_api(fp16_project):
-    res = fp16_project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type", "planted")
+    res = fp16_project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-device-type", "planted",
+                                 "--junitxml", "junit.xml")
     res.assert_outcomes(passed=14, failed=1)
     res.stdout.fnmatch_lines(["*failing APIs (1):*", "FAILED dump/dump.json::Functional.gelu.0*"])
     assert res.ret == 1
     rows = result_rows(fp16_project.path)
     assert [n for n, r in rows.items() if r.forward == "error" or r.backward == "error"] == ["Functional.gelu.0"]
+    # junitxml: each test case's statuses as plain properties, the worst row of a failing one; not the payload
+    # that carries the CSV rows to the controller
+    cases = {c.get("name"): {p.get("name"): p.get("value") for p in c.iter("property")}
+             for c in ElementTree.parse(str(fp16_project.path / "junit.xml")).iter("testcase")}
+    assert len(cases) == 15 and all(set(props) >= {"msprobe_forward", "msprobe_backward", "msprobe_data_mode"}
+                                    and "msprobe" not in props for props in cases.values())
+    assert cases["Torch.relu.0"]["msprobe_forward"] == "pass" and "msprobe_worst" not in cases["Torch.relu.0"]
+    gelu = cases["Functional.gelu.0"]
+    assert gelu["msprobe_forward"] == rows["Functional.gelu.0"].forward == "error"
+    assert gelu["msprobe_data_mode"] == "real_data"
+    assert gelu["msprobe_worst"].startswith("Functional.gelu.0.")
+
+
+def test_a_dump_outside_the_rootdir_is_named_by_its_path_and_a_killed_worker_still_gets_its_row(
+        fp16_project, tmp_path_factory, monkeypatch):
+    """pytest names a file outside the rootdir after the argument that holds it, which for a dump given by its
+    own path is empty (``::Torch.relu.0``). Such a dump is named by its real path: a call whose worker was
+    killed still gets its error row, ``-n 2``'s rows go back into dump order, and ``--lf`` reruns the calls
+    that failed."""
+    p = fp16_project
+    outside = tmp_path_factory.mktemp("elsewhere") / "dump"
+    shutil.move(str(p.path / "dump"), str(outside))
+    dump = str(outside / "dump.json")
+    monkeypatch.setenv("PLANT_KILL_API", "relu")
+    monkeypatch.setenv("PLANT_MARKER", str(p.path / "killed"))
+    # one argument: pytest then takes the rootdir from the project, not from the dump's path
+    res = p.runpytest_subprocess(f"--msprobe-api-info={dump}", "-n", "2", "--msprobe-device-type", "planted")
+    res.assert_outcomes(passed=13, failed=2)
+    res.stdout.fnmatch_lines(["FAILED *elsewhere*/dump/dump.json::Functional.gelu.0*"])     # cwd-relative
+    rows = result_rows(p.path)
+    assert list(rows) == SAMPLE_APIS                 # put back in dump order after the parallel run
+    assert "crashed" in rows["Torch.relu.0"].message
+    res = p.runpytest(f"--msprobe-api-info={dump}", "--msprobe-device-type", "planted", "--lf")
+    res.assert_outcomes(passed=1, failed=1, deselected=13)
+    rows = result_rows(p.path)
+    assert sorted(rows) == sorted(SAMPLE_APIS) and rows["Torch.relu.0"].forward == "pass"
 
 
 @pytest.mark.slow

@@ -61,6 +61,32 @@ def test_an_uncaught_exception_ends_the_worker_as_the_interpreter_would(server):
     assert "at exit" in res.stdout                  # atexit handlers run, as at a normal end
 
 
+def test_a_worker_ends_without_deregistering_torchs_libraries_and_runs_every_other_finalizer():
+    """At its end a worker skips torch's exit-time deregistration of its operator libraries (tens of ms,
+    nothing to keep), and still runs every other finalizer; xdist's description of the platform, asked once
+    by the server, comes with the fork."""
+    srv = ForkServer.start(["torch"])
+    assert srv is not None
+    try:
+        srv.ready()
+        code = ("import platform, sys, weakref, torch.library as library\n"
+                "def left():\n"
+                "    still = [f for f in list(weakref.finalize._registry) if f.atexit and f.peek()\n"
+                "             and f.peek()[1] is library._del_library]\n"
+                "    print('torch libraries left to deregister:', len(still), flush=True)\n"
+                "class Probe:\n"
+                "    pass\n"
+                "probe = Probe()\n"
+                "weakref.finalize(probe, left)\n"
+                "print('platform cached:', platform._platform_cache.get((0, 0)) is not None, flush=True)\n")
+        res = _client(srv, code)
+    finally:
+        srv.close()
+    assert res.returncode == 0, res.stderr
+    assert "platform cached: True" in res.stdout
+    assert "torch libraries left to deregister: 0" in res.stdout     # the other finalizer ran, after the skip
+
+
 def test_the_client_starts_a_plain_interpreter_when_there_is_no_server(tmp_path):
     cmd = [sys.executable, "-S", "-I", forkserver.server.__file__, str(tmp_path / "no-socket"),
            "-u", "-c", "import os, sys; print(os.getpid(), 'site' in sys.modules)"]

@@ -12,7 +12,8 @@ waits until the server is ready, hands it its standard streams, working director
 arguments, and then stays as the process xdist started: it passes on SIGTERM and SIGHUP, and exits with the
 worker's status. The server forks; the child takes the streams, directory and environment, runs
 ``BOOTSTRAP`` as ``python -u -c`` would, and ends as an interpreter ends (threads joined, ``atexit``
-handlers, streams flushed). execnet and xdist then talk to it through the same pipes as to any worker.
+handlers, streams flushed; not torch's deregistration of its operator libraries, see :func:`_keep_torch_libraries`).
+execnet and xdist then talk to it through the same pipes as to any worker.
 
 Whatever goes wrong falls back to what xdist does without it: a client that cannot reach a server that is
 ready (none, dead, stuck past :data:`READY_TIMEOUT`, or one that declines the arguments) runs the plain
@@ -270,8 +271,11 @@ def serve(fd: int) -> None:
 
 def _serve(fd: int) -> None:
     import gc
+    import threading
     listener = socket.socket(fileno=fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C is for the controller and the workers
+    described = threading.Thread(target=_describe_platform, name="msprobe-platform", daemon=True)
+    described.start()
     buf = bytearray()
     while True:                     # module lists until an empty one: then every worker is forked ready
         line = _read_line(0, buf)
@@ -283,8 +287,8 @@ def _serve(fd: int) -> None:
         _preload(modules)
     # the imported objects are shared with every child, untouched by its collector; no collection first: imports
     # leave a few dozen garbage objects, and a pass over torch's objects would delay the first fork by ~80 ms
+    described.join()
     gc.freeze()
-    import threading
     if threading.active_count() != 1:
         raise RuntimeError(f"{threading.active_count()} Python threads after the imports: forking beside them is "
                            "not safe, workers start plain")
@@ -310,6 +314,17 @@ def _serve(fd: int) -> None:
             except OSError:
                 continue
             _serve_one(conn, listener, children, (wake_r, wake_w))
+
+
+def _describe_platform() -> None:
+    """Ask ``platform`` once, beside the imports, what each xdist worker asks it first (``platform.platform()``
+    in the worker's description): on Linux that runs ``uname -p`` and scans the interpreter's binary, about
+    4-9 ms a worker. The answer is cached in the module, so every fork inherits it."""
+    try:
+        import platform
+        platform.platform()
+    except Exception:  # noqa: BLE001 - a worker then asks for itself
+        pass
 
 
 def _drain(fd: int) -> None:
@@ -441,6 +456,22 @@ def _child(fds: list, request: dict, code: str, flags: set, rest: list, inherite
         os._exit(status)
 
 
+def _keep_torch_libraries() -> None:
+    """Drop torch's exit-time deregistration of its operator libraries (one finalizer per library, about 130,
+    ~40 ms a worker): it only tidies the process's own dispatcher, and this process ends without tearing
+    anything down. Every other finalizer (temporary directories, ...) still runs."""
+    import weakref
+    library = sys.modules.get("torch.library")
+    deregister = getattr(library, "_del_library", None)
+    registry = getattr(weakref.finalize, "_registry", None)
+    if deregister is None or not isinstance(registry, dict):
+        return
+    for finalizer in list(registry):
+        info = finalizer.peek()
+        if info is not None and info[1] is deregister:
+            finalizer.atexit = False
+
+
 def _exit_status(code: object) -> int:
     if code is None:
         return 0
@@ -460,6 +491,7 @@ def _shut_down() -> None:
             shutdown()
         except BaseException:  # noqa: BLE001
             pass
+    _keep_torch_libraries()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
