@@ -287,7 +287,7 @@ def _serve(fd: int) -> None:
         _preload(modules)
     # the imported objects are shared with every child, untouched by its collector; no collection first: imports
     # leave a few dozen garbage objects, and a pass over torch's objects would delay the first fork by ~80 ms
-    described.join()
+    described.join(5.0)             # still running (a stuck ``uname``): the thread check below says so
     gc.freeze()
     if threading.active_count() != 1:
         raise RuntimeError(f"{threading.active_count()} Python threads after the imports: forking beside them is "
