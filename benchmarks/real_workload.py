@@ -47,6 +47,14 @@ against 6.0 s; small dumps 1.10x (before 1.17-1.27x in the same session). Per wo
 items beyond their durations went from 0.37-0.40 s to 0.21-0.34 s on this dump (it no longer waits for the
 controller's answer after each small call).
 
+The latest full run (loop 0.232 s at the start, 0.215 s at the end; one-worker runs 4.53-7.20 s within the
+same minutes), after the CSV payload left the teardown reports and forked workers stopped deregistering
+torch's operator libraries at their end (about 40 ms each): one worker 4.53 s at best; first item 1.71 s
+(``import torch`` 1.52 s); ``-n 2`` median of the rounds 0.89x (0.81x and 0.89x in two runs of the checker
+figures alone earlier that day, at loops of 0.22 and 0.17 s); small dumps 1.04x (1.09x and 1.10x in those
+runs); 176 MB dump.json 5.9 s, 472 MiB; statistics first step 1.27x, steady 1.59x; tensor steady 2.89x (2.35x
+an hour earlier with the dumper unchanged).
+
 Where ``-n 2`` spends what one worker does not (CPU): the fork server imports pytest and torch once (about
 1.4 s), each forked worker sets pytest up (about 0.15-0.3 s: its plugins, which pytest rewrites as it imports
 them, so they cannot be imported ahead), collects, pays its own first calls and, at its end, torch's library
