@@ -196,13 +196,13 @@ class Controller:
         if self.writer is None:
             self.prepare(None)
         fidelity = data.get("fidelity") or []
-        self.writer.write_api(data["result"], data["details"],
-                              mark_data_mode(data.get("mode") or "", self.settings.standard), fidelity)
-        for cells, text in zip(data["details"], fidelity):
+        self.writer.write_rows(data["result"], data["rows"],
+                               mark_data_mode(data.get("mode") or "", self.settings.standard), fidelity)
+        for row_name, text in zip(data["names"], fidelity):
             if text:
                 self.fidelity[text.split(":")[0].split(" ")[0]] += 1
                 if is_unfaithful(text):
-                    self.unfaithful.append((acc_csv.cell_name(cells[0]), text))
+                    self.unfaithful.append((acc_csv.cell_name(row_name), text))
         self.forward[data["forward"]] += 1
         self.backward[data["backward"] or "blank"] += 1
         self.kinds[data.get("kind", data.get("mode")) or "-"] += 1

@@ -1,8 +1,8 @@
 """The per-API payload that travels from the process that ran an item to the controller (xdist included).
 
 It rides in the call report's ``user_properties`` under :data:`PROPERTY` (:func:`attach`; that report
-only, so setup and teardown reports stay small): the API's result and details rows already as CSV cells,
-its statuses and data mode, and whether it fails. :func:`build` makes it from a
+only, so setup and teardown reports stay small): the API's result row as CSV cells and its details rows as
+CSV lines (:func:`sent`), its statuses and data mode, and whether it fails. :func:`build` makes it from a
 :class:`~pytest_msprobe.replay.CaseResult`, :func:`parse` finds it in a report, and :func:`crash` makes the
 error payload of an API whose worker died before it could send one. What the item itself keeps in its
 ``user_properties`` (and so junitxml's ``<properties>`` of its test case) is :func:`properties`: its
@@ -50,8 +50,19 @@ def properties(payload: dict) -> list:
 
 
 def attach(report: Any, payload: dict) -> None:
-    """Put ``payload`` on this report alone (pytest hands every report of an item the item's own list)."""
-    report.user_properties = [*report.user_properties, (PROPERTY, payload)]
+    """Put ``payload`` on this report alone (pytest hands every report of an item the item's own list), in
+    the form it travels in (:func:`sent`)."""
+    report.user_properties = [*report.user_properties, (PROPERTY, sent(payload))]
+
+
+def sent(payload: dict) -> dict:
+    """The payload as the controller takes it: each details row as its CSV line (``rows``, one string a row
+    instead of its 23 cells, which xdist would serialise one by one) and its name cell (``names``)."""
+    from .report.acc_csv import row_text
+    data = {key: value for key, value in payload.items() if key != "details"}
+    data["rows"] = [row_text(cells) for cells in payload["details"]]
+    data["names"] = [cells[0] for cells in payload["details"]]
+    return data
 
 
 def parse(report: Any) -> dict | None:
@@ -69,7 +80,7 @@ def crash(name: str, reason: str) -> dict:
     from .replay import error_result
     data = build(error_result(name, reason), fail_on=DEFAULT_FAIL_ON)
     data.update(standards=[], mode="", kind="", seed=None, worst=[name, reason], failing=True)
-    return data
+    return sent(data)
 
 
 def crash_reason(report: Any) -> str:

@@ -31,6 +31,19 @@ def _pass_row(name: str) -> DetailRow:
     return row
 
 
+TRICKY_CELLS = ["", " ", "a,b", 'say "hi"', "\nline\n", "\r", "'=SUM(A1)", "  lead", "trail  ", "plain", ""]
+
+
+@pytest.mark.parametrize("tail", [[], [""], ["", ""], ["real_data", ""], ["", 'x,"y"'], ["\n"]])
+def test_a_row_rendered_where_it_was_computed_is_the_row_the_writer_writes(tail):
+    """Workers send each details row as its CSV line and the controller adds its own trailing cells: the same
+    text as writing all the cells at once, whatever the cells hold."""
+    for cells in (TRICKY_CELLS, [""], ["only"], TRICKY_CELLS[::-1]):
+        direct = io.StringIO()
+        csv.writer(direct, lineterminator="\r\n").writerow(list(cells) + list(tail))
+        assert acc_csv._joined(acc_csv.row_text(cells), tail) == direct.getvalue()
+
+
 def test_layout_bom_crlf_headers_and_field_counts(tmp_path):
     res, det = acc_csv.csv_paths(str(tmp_path), "20260101000000")
     with acc_csv.AccCsvWriter(res, det) as w:

@@ -94,6 +94,23 @@ def detail_cells(row: Any, *, precision: int = DEFAULT_PRECISION) -> list[str]:
     return cells
 
 
+def row_text(cells: Sequence[str]) -> str:
+    """``cells`` as one CSV line, its ``\r\n`` included: what the writer puts in the file for them."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\r\n").writerow(cells)
+    return buf.getvalue()
+
+
+def _joined(line: str, tail: Sequence[str]) -> str:
+    """The line of a row's cells followed by ``tail``: the same text as ``row_text(cells + tail)``. The writer
+    quotes each field on its own, but for one case: a row of one empty field is written ``""``, which beside
+    other fields is written as nothing (hence ``tail`` rendered after a leading empty field)."""
+    if not tail:
+        return line
+    head = line[:-2]
+    return ("" if head == '""' else head) + row_text(["", *tail])
+
+
 # --- reading --------------------------------------------------------------------------------------
 @dataclass
 class ResultRow:
@@ -203,7 +220,6 @@ class AccCsvWriter:
             make_dirs(d)
         self._details = _open_append(self.details_path, header)
         self._result = _open_append(self.result_path, RESULT_HEADER)
-        self._dw = csv.writer(self._details, lineterminator="\r\n")
         self._rw = csv.writer(self._result, lineterminator="\r\n")
         self._fsync_interval = fsync_interval
         self._last_sync = time.monotonic()
@@ -214,13 +230,22 @@ class AccCsvWriter:
         """Write one API: its details rows (already formatted cells), then its result row.
 
         ``fidelity``: the Replay Fidelity cell of each details row, in order (missing ones are blank)."""
-        for i, cells in enumerate(details):
-            cells = list(cells)
+        self.write_rows(result, [row_text(cells) for cells in details], data_mode, fidelity)
+
+    def write_rows(self, result: Sequence[str], rows: Sequence[str], data_mode: str = "",
+                   fidelity: Sequence[str] = ()) -> None:
+        """:meth:`write_api` with each details row's cells already rendered by :func:`row_text` (where they
+        were computed: a worker sends one string a row, not its 23 cells)."""
+        lines = []
+        for i, line in enumerate(rows):
+            tail = []
             if self.data_mode_column:
-                cells.append(data_mode)
+                tail.append(data_mode)
             if self.fidelity_column:
-                cells.append(safe_text(fidelity[i]) if i < len(fidelity) and fidelity[i] else "")
-            self._dw.writerow(cells)
+                tail.append(safe_text(fidelity[i]) if i < len(fidelity) and fidelity[i] else "")
+            lines.append(_joined(line, tail))
+        if lines:
+            self._details.write("".join(lines))
         self._details.flush()
         self._rw.writerow(list(result))
         self._result.flush()
