@@ -16,19 +16,9 @@ from typing import Any, Callable
 import pytest
 
 
-def _early_fork_server() -> None:
-    """A command line that plainly asks for a check with local workers starts its fork server now, as pytest
-    loads this plugin, before the plugin's own modules (:func:`.forkserver.start_early`)."""
-    if "--msprobe-api-info" in " ".join(sys.argv[1:]):     # cheap for every other pytest run
-        from . import forkserver
-        forkserver.start_early(sys.argv)
-
-
-_early_fork_server()
-
-from . import hookspec  # noqa: E402 - after the early start, which needs none of them
-from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, is_api_item, node_path, settle  # noqa: E402
-from .settings import Settings, add_options  # noqa: E402
+from . import hookspec
+from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, is_api_item, node_path, settle
+from .settings import Settings, add_options
 
 CONTROLLER_KEY = pytest.StashKey["Any"]()
 FORK_SERVER_KEY = pytest.StashKey["Any"]()
@@ -44,13 +34,11 @@ def pytest_addoption(parser: Any) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: Any, parser: Any, args: list) -> None:
-    """As early as the options are known: a run with local xdist workers starts its fork server, so that it
-    imports what every worker needs while the controller is still starting (:mod:`.forkserver`)."""
+    """As early as the options are known, before any conftest: a run with local xdist workers starts its fork
+    server, which imports what every worker needs while the controller is still starting (:mod:`.forkserver`);
+    this controller has imported pytest and its plugins, and so will the server that it forks from itself."""
     if getattr(early_config.known_args_namespace, "msprobe_api_info", None):
         _start_fork_server(early_config, early_config.known_args_namespace)
-    forkserver = sys.modules.get(f"{__package__}.forkserver")     # imported only where one may have started
-    if forkserver is not None:
-        forkserver.discard_early()      # the command line seemed to ask for one; the options do not
 
 
 def _start_fork_server(config: Any, option: Any, controller: bool = False) -> Any:

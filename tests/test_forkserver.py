@@ -165,34 +165,72 @@ def test_which_runs_want_a_server(monkeypatch):
     assert forkserver.wanted(opts(numprocesses=2), controller=True)     # pytest has told: a controller
 
 
-def test_a_command_line_that_plainly_asks_for_workers(monkeypatch):
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
-    monkeypatch.delenv(forkserver.ENV_SWITCH, raising=False)
-    asked = forkserver.asked_by
-    assert asked(["--msprobe-api-info", "d", "-n", "2"])
-    assert asked(["--msprobe-api-info=d", "-n2", "-q"])
-    assert asked(["-nauto", "--msprobe-api-info", "d"])
-    assert asked(["--numprocesses=4", "--msprobe-api-info", "d"])
-    assert not asked(["--msprobe-api-info", "d"])                       # no workers
-    assert not asked(["--msprobe-api-info", "d", "-n", "0"])
-    assert not asked(["--msprobe-api-info", "d", "-n", "2", "--co"])
-    assert not asked(["-n", "2", "tests/"])                              # not a check run
-    assert not asked(["-n", "2", "--", "--msprobe-api-info"])
+FORK_ITSELF = r"""
+import json, os, shlex, subprocess, sys, tempfile, types
+from pytest_msprobe.forkserver import ForkServer, unforkable
+
+class RewriteHook:                       # stands for pytest's assertion rewriter, first in sys.meta_path
+    def find_spec(self, *args):
+        return None
+
+hook = RewriteHook()
+sys.meta_path.insert(0, hook)
+sys.modules["imported_before"] = types.ModuleType("imported_before")
+tmp = tempfile.TemporaryFile()           # a file of the controller's (pytest's capture, say)
+kept = os.dup2(tmp.fileno(), 57)
+assert unforkable() == "", unforkable()
+srv = ForkServer.fork(hook)
+srv.send(["decimal"])
+srv.ready()
+code = ("import json, os, sys; print(json.dumps({'ppid': os.getppid(), 'fds': sorted(os.listdir('/proc/self/fd')), "
+        "'before': 'imported_before' in sys.modules, 'decimal': 'decimal' in sys.modules, 'path0': sys.path[0], "
+        "'hook': any(type(h).__name__ == 'RewriteHook' for h in sys.meta_path)}))")
+res = subprocess.run(shlex.split(srv.command()) + ["-u", "-c", code], capture_output=True, text=True, timeout=60)
+worker = json.loads(res.stdout)
+with open("/proc/%d/stat" % srv.proc.pid) as fh:
+    server_parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+directory = srv.directory
+srv.close()
+print(json.dumps({"worker": worker, "server": srv.proc.pid, "server_parent": server_parent, "me": os.getpid(),
+                  "rc": srv.proc.returncode, "left": os.path.exists(directory), "kept": kept}))
+"""
 
 
-def test_an_early_server_no_run_takes_is_closed(pytester, monkeypatch):
-    """``pytest --msprobe-api-info D -n 2`` starts its server as the plugin is imported; options that then
-    say otherwise (here a --tx that is not local) close it, and the run goes on."""
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
-    forkserver.start_early(["/usr/bin/pytest", "--msprobe-api-info", "d", "-n", "2"])
-    assert len(forkserver._EARLY) == 1
-    server = forkserver._EARLY[0]
-    import shutil
-    shutil.copytree(DATA / "mlp_fp32_tensor_L1", pytester.path / "dump")
-    res = pytester.runpytest_inprocess("--msprobe-api-info", str(pytester.path / "dump"), "--co", "-q")
-    assert res.ret == 0
-    assert forkserver._EARLY == [] and server.proc.poll() is not None
-    assert not os.path.exists(server.directory)
+def test_a_plain_process_forks_itself_into_the_server(tmp_path):
+    """A controller that has just read its options forks itself into the server: its workers have what it had
+    imported, and none of its files or pytest's rewriter (each worker's pytest installs its own); the server
+    ends with its pipe and leaves nothing behind."""
+    import json
+    res = subprocess.run([sys.executable, "-c", FORK_ITSELF], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.splitlines()[-1])
+    assert out["server_parent"] == out["me"]                # forked from the controller itself
+    worker = out["worker"]
+    assert worker["ppid"] == out["server"]                  # and the worker from the server
+    assert worker["before"] and worker["decimal"]
+    assert not worker["hook"]
+    assert worker["path0"] == ""                            # as ``python -c`` has it
+    assert str(out["kept"]) not in worker["fds"]
+    assert len(worker["fds"]) <= 4, worker["fds"]           # 0, 1, 2 and the listing's own
+    assert out["rc"] == 0 and not out["left"]
+
+
+UNFORKABLE = r"""
+import sys, threading, time
+from pytest_msprobe.forkserver import unforkable
+print(repr(unforkable()))
+t = threading.Thread(target=time.sleep, args=(0.5,)); t.start(); print(repr(unforkable())); t.join()
+sys.settrace(lambda *a: None); print(repr(unforkable())); sys.settrace(None)
+sys.modules["torch"] = object(); print(repr(unforkable()))
+"""
+
+
+def test_only_a_plain_process_forks_itself():
+    res = subprocess.run([sys.executable, "-c", UNFORKABLE], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["''", "'2 Python threads'", "'a trace or profile function is set'",
+                                       "'torch is already imported'"]
 
 
 def test_only_plain_local_specs_are_adopted(server):
@@ -220,18 +258,31 @@ import json, os, sys
 
 def pytest_configure(config):
     wi = getattr(config, "workerinput", None)
-    if wi is not None:
-        with open(os.path.join(os.path.dirname(__file__), wi["workerid"] + ".json"), "w") as fh:
-            json.dump({"ppid": os.getppid(), "torch": "torch" in sys.modules}, fh)
+    here = os.path.dirname(__file__)
+    if wi is None:
+        with open(os.path.join(here, "controller.json"), "w") as fh:
+            json.dump({"pid": os.getpid()}, fh)
+        return
+    with open("/proc/%d/stat" % os.getppid()) as fh:
+        grandparent = int(fh.read().rsplit(")", 1)[1].split()[1])
+    with open("/proc/%d/cmdline" % os.getppid(), "rb") as fh:
+        fresh_server = b"--serve" in fh.read().split(bytes(1))
+    with open(os.path.join(here, wi["workerid"] + ".json"), "w") as fh:
+        json.dump({"ppid": os.getppid(), "grandparent": grandparent, "fresh_server": fresh_server,
+                   "torch": "torch" in sys.modules}, fh)
 '''
 
 
-def _run(pytester, out: str, fork: bool):
-    env = dict(os.environ, **{forkserver.ENV_SWITCH: "1" if fork else "0"})
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-                           "-W", "error::pytest.PytestAssertRewriteWarning",
-                           "--msprobe-api-info", str(DATA / "mlp_fp32_tensor_L1"), "--msprobe-out", out,
-                           "-n", "2"], cwd=pytester.path, env=env, capture_output=True, text=True, timeout=600)
+def _run(pytester, out: str, fork: bool, prelude: str = ""):
+    """``-n 2`` on a real dump, from ``python -m pytest`` or, after ``prelude``, from ``pytest.main``: a run of
+    its own, not one inside this suite's xdist worker (whose variables would make it look like a worker)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env[forkserver.ENV_SWITCH] = "1" if fork else "0"
+    args = ["-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-W", "error::pytest.PytestAssertRewriteWarning",
+            "--msprobe-api-info", str(DATA / "mlp_fp32_tensor_L1"), "--msprobe-out", out, "-n", "2"]
+    cmd = [sys.executable, "-m", "pytest", *args] if not prelude else \
+        [sys.executable, "-c", f"{prelude}; import sys, pytest; sys.exit(pytest.main({args!r}))"]
+    return subprocess.run(cmd, cwd=pytester.path, env=env, capture_output=True, text=True, timeout=600)
 
 
 def _rows(out: Path) -> list:
@@ -252,6 +303,8 @@ def test_forked_workers_check_a_real_dump_as_fresh_workers_do(pytester):
     info = [json.loads((pytester.path / f"gw{i}.json").read_text()) for i in (0, 1)]
     assert all(w["torch"] for w in info), info
     assert info[0]["ppid"] == info[1]["ppid"] != os.getpid(), info
+    controller = json.loads((pytester.path / "controller.json").read_text())["pid"]
+    assert all(w["grandparent"] == controller and not w["fresh_server"] for w in info), (controller, info)
     fresh = _run(pytester, str(pytester.path / "fresh"), fork=False)
     info = [json.loads((pytester.path / f"gw{i}.json").read_text()) for i in (0, 1)]
     assert not any(w["torch"] for w in info), info
@@ -274,3 +327,16 @@ def test_the_server_imports_torch_only_for_pytorch_dumps():
 
     assert modules(DATA / "msprobe_repo_fixtures" / "npu_megatron_mindspore" / "dump.json") == ["numpy"]
     assert modules(DATA / "mlp_fp32_tensor_L1" / "step0" / "rank" / "dump.json") == ["numpy", "torch"]
+
+
+def test_a_controller_inside_a_program_that_imported_torch_gets_a_fresh_server(pytester):
+    """``pytest.main`` called by a program that has imported torch: the controller does not fork itself (torch's
+    thread pools may be running); it starts a fresh server, and the workers are forked from that one."""
+    import json
+    pytester.makeconftest(WORKERS)
+    res = _run(pytester, str(pytester.path / "out"), fork=True, prelude="import torch")
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    info = [json.loads((pytester.path / f"gw{i}.json").read_text()) for i in (0, 1)]
+    controller = json.loads((pytester.path / "controller.json").read_text())["pid"]
+    assert all(w["torch"] and w["fresh_server"] and w["grandparent"] == controller for w in info), info
+    assert info[0]["ppid"] == info[1]["ppid"]

@@ -5,6 +5,16 @@ torch and the checker before its first item: about 1.5 s of CPU per worker, paid
 then run the calls. A run's controller instead starts one *fork server* as early as it can: a process that
 imports all of that once (without running anything) and forks a worker for each gateway xdist opens.
 
+How the server starts: as soon as pytest has read the options, the controller forks itself
+(:meth:`ForkServer.fork`). It has imported pytest and every plugin by then, their modules rewritten for
+assertions as each worker's own rewriter would, so the server has them too and a worker only configures and
+collects. The child drops what a fresh interpreter would not have (the controller's files and streams,
+pytest's rewriter), imports numpy and torch once the controller
+knows the dump's framework, and serves. A controller that is not a plain pytest process (a second Python
+thread, a tracer, torch already imported: :func:`unforkable`), or one that decides late, starts the server
+as a fresh interpreter instead (:meth:`ForkServer.start`), which imports the standard library and pytest's
+modules that the controller has, and leaves the plugins to each worker.
+
 How a worker is made: xdist starts each local gateway with the command ``python -u -c BOOTSTRAP``; the
 controller sets that command's interpreter (execnet's ``python=`` key of the spec) to this file run as a
 script, the *client*. The client connects to the server's socket (in a directory only the user can enter),
@@ -60,27 +70,6 @@ def wanted(option: object, controller: bool = False) -> bool:
         return False
     workers = getattr(option, "numprocesses", None)
     return bool(workers) or any(_plain_popen(str(t)) for t in getattr(option, "tx", None) or ())
-
-
-def asked_by(argv: list) -> bool:
-    """Whether a pytest command line plainly asks for an msprobe check with local workers
-    (``--msprobe-api-info D -n 2``), before pytest has parsed it: the fork server can start earlier, and
-    :func:`wanted` confirms it once the options are known."""
-    api = workers = False
-    for i, arg in enumerate(argv):
-        if arg == "--":
-            break
-        if arg == "--msprobe-api-info" or arg.startswith("--msprobe-api-info="):
-            api = True
-        elif arg in ("-n", "--numprocesses"):
-            workers = i + 1 < len(argv) and argv[i + 1] != "0"
-        elif arg.startswith("--numprocesses="):
-            workers = arg.partition("=")[2] != "0"
-        elif arg.startswith("-n") and not arg.startswith("--") and len(arg) > 2:
-            workers = arg[2:] not in ("0", "=0")
-        elif arg in ("--collect-only", "--co"):
-            return False
-    return api and workers and available() and not os.environ.get("PYTEST_XDIST_WORKER")
 
 
 def _plain_popen(tx: str) -> bool:
@@ -161,6 +150,49 @@ class ForkServer:
         server.send(modules)
         return server
 
+    @classmethod
+    def fork(cls, rewrite_hook: object = None) -> ForkServer | None:
+        """Become a server by forking this process, a pytest controller that has just read its options: the
+        server starts with everything the controller has imported (pytest, its plugins, their modules rewritten
+        for assertions as a worker's own rewriter would) and none of what it has done since, which a fresh
+        interpreter would spend a few tenths of a second importing again. None where this process cannot fork
+        safely (:func:`unforkable`): the run starts a fresh one."""
+        import tempfile
+        if unforkable():
+            return None
+        directory = tempfile.mkdtemp(prefix="msprobe-fork-")     # mode 0700: only this user reaches the socket
+        log_path = os.path.join(directory, "server.log")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(os.path.join(directory, "s"))
+            listener.listen(64)
+            lifeline_r, lifeline_w = os.pipe()
+            log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError:
+            listener.close()
+            _remove(directory)
+            return None
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()          # nothing buffered here is written twice
+            except (OSError, ValueError, AttributeError):
+                pass
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:                    # the server: never returns
+            try:
+                _forked_server(listener.fileno(), lifeline_r, log, rewrite_hook)
+            except BaseException:  # noqa: BLE001 - before it serves: into its log, and its clients start plain
+                import traceback
+                traceback.print_exc()
+            finally:
+                os._exit(1)
+        os.close(lifeline_r)
+        os.close(log)
+        listener.close()                # the server holds it now: if the server dies, clients are refused
+        return cls(directory, _ForkedProcess(pid, os.fdopen(lifeline_w, "wb")), log_path, rewrite_hook)
+
     def send(self, modules: list) -> None:
         """More modules for the server to import before it forks (one JSON line on its pipe)."""
         if modules:
@@ -222,12 +254,91 @@ class ForkServer:
         _remove(self.directory)
 
 
+class _ForkedProcess:
+    """What :class:`ForkServer` uses of a ``subprocess.Popen``, for a server forked from this process."""
+
+    def __init__(self, pid: int, stdin: object) -> None:
+        self.pid = pid
+        self.stdin = stdin
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:   # reaped by someone else: its status is lost
+                self.returncode = -1
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        import subprocess
+        import time
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() >= end:
+                raise subprocess.TimeoutExpired(f"fork server {self.pid}", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def unforkable() -> str:
+    """Why this process cannot become a fork server by forking itself ("" when it can): a second Python
+    thread (it would be missing in the child, holding whatever it held), a trace or profile function (a
+    debugger, coverage: each worker would report into the controller's), or torch or MindSpore already
+    imported (a run inside a program: their thread pools may already run)."""
+    import threading
+    if threading.active_count() != 1:
+        return f"{threading.active_count()} Python threads"
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        return "a trace or profile function is set"
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None and any(monitoring.get_tool(i) for i in range(6)):
+        return "a sys.monitoring tool is registered"
+    loaded = [name for name in ("torch", "mindspore") if name in sys.modules]
+    return f"{loaded[0]} is already imported" if loaded else ""
+
+
 def _remove(directory: str) -> None:
     import shutil
     shutil.rmtree(directory, ignore_errors=True)
 
 
 # --- the server --------------------------------------------------------------------------------------------
+def _forked_server(listener: int, lifeline: int, log: int, rewrite_hook: object) -> None:
+    """In the child of :meth:`ForkServer.fork`: leave the controller's state that a fresh interpreter would not
+    have (its streams and other files, pytest's assertion rewriter), then serve. (xdist gives each local
+    worker the controller's ``sys.path`` as it was when xdist was imported.)"""
+    import io
+    os.dup2(lifeline, 0)                    # the controller's pipe: module lists, and its end is the server's
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(log, 2)
+    keep = {0, 1, 2, listener}
+    for name in os.listdir("/proc/self/fd"):    # capture files, saved terminal streams, the lifeline's ends
+        if int(name) not in keep:
+            try:
+                os.close(int(name))
+            except OSError:
+                pass
+    enc = getattr(sys.__stdout__, "encoding", None) or "utf-8"
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=enc)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=enc)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=enc,
+                                                   errors="backslashreplace", write_through=True)
+    if rewrite_hook in sys.meta_path:       # each worker's pytest installs its own
+        sys.meta_path.remove(rewrite_hook)
+    serve(listener)
+
+
 def _preload(modules: list) -> None:
     import importlib
     for name in modules:
@@ -253,7 +364,8 @@ def _read_line(fd: int, buf: bytearray) -> bytes | None:
 def serve(fd: int) -> None:
     """The fork server (this file run by :meth:`ForkServer.start`); ends the process when done, without
     tearing down what it imported (nothing of it needs saving)."""
-    sys.path[0] = ""                # as for ``python -c``, the workers' command, not this file's directory
+    if not sys.flags.safe_path and sys.path:
+        sys.path[0] = ""            # as for ``python -c``, the workers' command, not this file's (the script's)
     status = 0
     try:
         with socket.socket(fileno=os.dup(fd)) as named:
