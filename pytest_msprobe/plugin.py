@@ -86,6 +86,8 @@ def pytest_configure(config: Any) -> None:
     # a process that runs no call here (--collect-only, or a controller whose workers run them) checks the
     # device without taking it: no torch import, no thread count set for calls that never run
     in_process = not config.option.collectonly and (workerinput is not None or not workers_run_calls(config))
+    if in_process and runs_calls_here(config):
+        sess.import_call_modules(config.pluginmanager.rewrite_hook)
     _usage("--msprobe-device-type", lambda: sess.check_backend(runs_calls_here(config), in_process), (ValueError,))
     plan, baseline = None, set()
     if workerinput is not None:

@@ -120,6 +120,29 @@ class CheckSession:
         frameworks = {cases[0].framework for cases in (self._cases or {}).values() if cases}
         return ["numpy"] + (["torch"] if "pytorch" in frameworks else [])
 
+    def import_call_modules(self, rewrite_hook: Any) -> None:
+        """Import what this process's calls need (:meth:`worker_modules`) with pytest's assertion rewriter
+        (``rewrite_hook``, first in ``sys.meta_path``) set aside: it rewrites only test files and plugins, and
+        asking it about each of torch's thousand modules costs about 50 ms. A fork server imports them without
+        it too; a forked worker has them already."""
+        import importlib
+        import sys
+        names = [n for n in self.worker_modules() if n not in sys.modules]
+        if not names:
+            return
+        at = sys.meta_path.index(rewrite_hook) if rewrite_hook in sys.meta_path else None
+        if at is not None:
+            sys.meta_path.pop(at)
+        try:
+            for name in names:
+                try:
+                    importlib.import_module(name)
+                except ImportError:
+                    pass                # the backend reports what is missing, as without this
+        finally:
+            if at is not None and rewrite_hook not in sys.meta_path:
+                sys.meta_path.insert(min(at, len(sys.meta_path)), rewrite_hook)
+
     # --- running ----------------------------------------------------------------------------------------
     def _plugin_args(self) -> list:
         """The ``-p NAME`` plugins of this run (a reproduce command needs the same backend plugins)."""

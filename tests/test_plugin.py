@@ -125,6 +125,42 @@ def test_a_run_that_never_used_hypothesis_does_not_import_it_at_the_end(project)
     res.stdout.fnmatch_lines(["*Hypothesis Statistics*", "*HYPOTHESIS True True*"])   # its summary stays
 
 
+WATCH_REWRITER = '''
+import json, sys
+import pytest
+from _pytest.assertion.rewrite import AssertionRewritingHook
+
+HOOK = next(f for f in sys.meta_path if isinstance(f, AssertionRewritingHook))
+ASKED = []
+PLAIN = HOOK.find_spec
+
+
+def find_spec(name, *args, **kwargs):
+    ASKED.append(name)
+    return PLAIN(name, *args, **kwargs)
+
+
+HOOK.find_spec = find_spec
+BEFORE = "torch" in sys.modules
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    print("REWRITER", json.dumps({"before": BEFORE, "torch": "torch" in sys.modules, "first": sys.meta_path[0] is HOOK,
+                                  "asked_torch": sum(n.partition(".")[0] == "torch" for n in ASKED)}))
+'''
+
+
+def test_the_calls_modules_are_imported_without_pytests_rewriter(project):
+    """torch's thousand modules are no test files nor plugins: pytest's assertion rewriter is not asked about
+    them (about 50 ms), and it is back in its place afterwards."""
+    project.makeconftest(WATCH_REWRITER)
+    res = project.runpytest_subprocess("--msprobe-api-info", "dump", "-p", "no:randomly", "-s")
+    assert res.ret == 0, res.stdout.str()
+    line = next(x for x in res.stdout.lines if x.startswith("REWRITER"))
+    assert json.loads(line.split(" ", 1)[1]) == {"before": False, "torch": True, "first": True, "asked_torch": 0}
+
+
 def test_options_in_help_and_ini(pytester):
     res = pytester.runpytest("--help")
     res.stdout.fnmatch_lines(["*msprobe*", "*--msprobe-api-info=PATH*", "*--msprobe-timeout=SECONDS*",
