@@ -79,8 +79,8 @@ class DumpFile(pytest.File):
             raise self.CollectError(f"cannot read dump {self.path}: {exc}") from None
         from generators.jsonsafe import paused_gc
         with paused_gc():           # a large dump makes many items and no garbage
-            for case in cases:
-                yield ApiItem.from_parent(self, name=case.name, case=case,
+            for index, case in enumerate(cases):
+                yield ApiItem.from_parent(self, name=case.name, case=case, index=index,
                                           skip_reason=selection.skip_reason(case))
             settle(len(cases), self.config)
 
@@ -88,9 +88,11 @@ class DumpFile(pytest.File):
 class ApiItem(pytest.Item):
     """One captured API call: run on the bench and the device, judged by the precision standard."""
 
-    def __init__(self, *, case: Any, skip_reason: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, case: Any, index: int | None = None, skip_reason: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.case = case
+        self.index = index                    # the call's position in its dump file
         self.skip_reason = skip_reason
         self.result: CaseResult | None = None
         self.payload: dict | None = None      # for the controller, on the call's report (see wire)

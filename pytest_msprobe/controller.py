@@ -31,7 +31,7 @@ class Controller:
 
     def __init__(self, config: Any, settings: Any, plan: resume.ResumePlan, *, dump_files: set,
                  device: str, baseline_failing: set | None = None, dump_order: Callable[[], list] | None = None,
-                 hosts: Any = None, fork_server: Any = None) -> None:
+                 hosts: Any = None, fork_server: Any = None, costs: dict | None = None) -> None:
         self.config = config
         self.settings = settings
         self.plan = plan
@@ -42,6 +42,7 @@ class Controller:
         self.dump_order = dump_order          # -> every API name in dump order
         self.hosts = hosts                    # HostController of a run with xdist workers, else None
         self.fork_server = fork_server        # forkserver.ForkServer of a run with local workers, else None
+        self.costs = costs                    # file node id -> each call's cost, for the workers' order
         self.lastfailed = dict(plan.lastfailed) if plan.lastfailed is not None else None
         self.writer: Any = None
         self.written: set = set()
@@ -57,7 +58,7 @@ class Controller:
 
     @classmethod
     def for_session(cls, config: Any, sess: Any, plan: resume.ResumePlan, baseline_failing: set,
-                    fork_server: Any = None) -> Controller:
+                    fork_server: Any = None, costs: dict | None = None) -> Controller:
         """The controller of ``sess``'s run. Raises ValueError: too many workers for a host's devices."""
         from .host_controller import HostController
         s = sess.settings
@@ -66,7 +67,7 @@ class Controller:
             hosts.check_limits()
         return cls(config, s, plan, dump_files=sess.dump_files,
                    device=sess.backend_name() + (f" {s.devices}" if s.devices else ""),
-                   baseline_failing=baseline_failing, hosts=hosts, fork_server=fork_server,
+                   baseline_failing=baseline_failing, hosts=hosts, fork_server=fork_server, costs=costs,
                    dump_order=lambda: [case.name for path in sess.dump_paths for case in sess.cases_of(path)])
 
     # --- files ------------------------------------------------------------------------------------------
@@ -134,12 +135,14 @@ class Controller:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
-        """xdist: workers learn the resume plan and the baseline from the controller, so every worker (on any
-        host) collects alike, and their host and device slot."""
+        """xdist: workers learn the resume plan, the baseline and the calls' costs (their order) from the
+        controller, so every worker (on any host) collects alike, and their host and device slot."""
         wi = node.workerinput
         wi["msprobe_done"] = sorted(self.plan.done)
         wi["msprobe_timestamp"] = self.plan.timestamp
         wi["msprobe_lastfailed"] = self.plan.lastfailed
+        if self.costs:
+            wi["msprobe_costs"] = self.costs
         if self.settings.baseline:
             wi["msprobe_baseline"] = self.settings.baseline
             wi["msprobe_baseline_failing"] = sorted(self.baseline_failing)

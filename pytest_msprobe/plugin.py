@@ -111,18 +111,23 @@ def pytest_configure(config: Any) -> None:
     if server is not None:              # what a worker imports to run its calls, then it may fork them
         server.send(sess.worker_modules())
         server.ready()
+    costs = None                        # the order of the workers' calls, worked out here once (meanwhile
+    if plan is not None and workers_run_calls(config):     # the fork server imports torch)
+        costs = sess.call_costs(lambda path: node_path(config.rootpath, path))
     selection = Selection(settings, is_api_item=is_api_item, done=done, baseline_failing=baseline,
                           baseline=(workerinput or {}).get("msprobe_baseline"),
                           lastfailed=lastfailed if getattr(config, "cache", None) is not None else None,
                           lf=bool(getattr(config.option, "lf", False)),
                           lf_no_failures=getattr(config.option, "last_failed_no_failures", "all"),
-                          largest_first=workerinput is not None)
+                          largest_first=workerinput is not None,
+                          costs=(workerinput or {}).get("msprobe_costs"))
     config.stash[SELECTION_KEY] = selection
     config.pluginmanager.register(selection, "msprobe-selection")
     config.pluginmanager.register(LastFailedGuard(selection), "msprobe-lastfailed-guard")
     if plan is not None:
         from .controller import NAME, Controller
-        controller = _usage("pytest-msprobe", lambda: Controller.for_session(config, sess, plan, baseline, server))
+        controller = _usage("pytest-msprobe", lambda: Controller.for_session(config, sess, plan, baseline, server,
+                                                                             costs))
         config.stash[CONTROLLER_KEY] = controller
         config.pluginmanager.register(controller, NAME)
 

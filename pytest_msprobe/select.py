@@ -28,13 +28,14 @@ class Selection:
     def __init__(self, settings: Any, *, is_api_item: Any, done: set | None = None,
                  baseline_failing: set | None = None, baseline: str | None = None,
                  lastfailed: dict | None = None, lf: bool = False, lf_no_failures: str = "all",
-                 largest_first: bool = False) -> None:
+                 largest_first: bool = False, costs: dict | None = None) -> None:
         self.settings = settings
         self.is_api_item = is_api_item
         self.done = set(done or ())                  # APIs complete in the CSV being continued: deselected
         self.baseline_failing = set(baseline_failing or ())
         self.baseline = baseline or settings.baseline      # the baseline CSV, as the controller names it
         self.largest_first = largest_first
+        self.costs = costs or {}                     # file node id -> cost of each call (the controller's)
         self.lastfailed = lastfailed                 # node id -> True of failing API items (None: no record)
         self.lf = lf and lastfailed is not None
         self.lf_no_failures = lf_no_failures
@@ -105,7 +106,7 @@ class Selection:
 
     def _order(self, items: list) -> None:
         if self.largest_first:
-            items[:] = by_size(items)
+            items[:] = by_size(items, self.costs)
 
     def restore(self, items: list) -> None:
         """Put the held-back API items back, in collection order, among the tests pytest's filter kept."""
@@ -117,18 +118,29 @@ class Selection:
             self._order(items)
 
 
-def by_size(items: list) -> list:
-    """``items`` with the calls of the largest inputs (bytes from dump.json) first; others keep their order."""
+def call_cost(case: Any) -> int:
+    """The bytes of a call's inputs, from the dump (0 for a malformed entry: it is SKIP with its reason)."""
     from generators.inputs import required_bytes
+    try:
+        return int(required_bytes(case)[1])
+    except Exception:  # noqa: BLE001 - DumpError, GenerationError, anything a broken entry raises
+        return 0
+
+
+def by_size(items: list, costs: dict | None = None) -> list:
+    """``items`` with the calls of the largest inputs (bytes from dump.json) first; others keep their order.
+    ``costs``: file node id -> the cost of each of its calls in dump order, as the controller worked them out
+    (:func:`call_cost`), so that a worker parses no entry of a call it does not run; an item it lacks costs
+    what its own case says (the same number)."""
+    costs = costs or {}
 
     def cost(item: Any) -> int:
+        known = costs.get(getattr(getattr(item, "parent", None), "nodeid", None))
+        index = getattr(item, "index", None)
+        if known is not None and isinstance(index, int) and 0 <= index < len(known):
+            return int(known[index])
         case = getattr(item, "case", None)
-        if case is None:
-            return 0
-        try:
-            return int(required_bytes(case)[1])
-        except Exception:  # noqa: BLE001 - a malformed entry costs nothing here; it is SKIP with its reason
-            return 0
+        return call_cost(case) if case is not None else 0
 
     return sorted(items, key=lambda item: -cost(item))
 

@@ -305,3 +305,37 @@ def test_calls_of_a_worker_lost_after_the_queue_emptied_go_to_a_worker_still_the
     assert len(sched.node2pending[a]) >= 2 and not a.shutting_down      # it goes on, with b's calls
     _run_queue(sched, a, 0.01)
     assert set(held[1:]) <= set(a.sent) and not sched.pending and sched.tests_finished
+
+
+PARSED = '''
+import json, os
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    if not hasattr(config, "workerinput"):
+        return
+    from pytest_msprobe.collect import SESSION_KEY
+    sess = config.stash[SESSION_KEY]
+    parsed = sorted(c.name for p in sess.dump_paths for c in sess.cases_of(p) if c._parts is not None)
+    order = [item.name for item in session.items]
+    with open(os.path.join(os.path.dirname(__file__), config.workerinput["workerid"] + ".json"), "w") as fh:
+        json.dump({"parsed": parsed, "order": order, "costs": "msprobe_costs" in config.workerinput}, fh)
+'''
+
+
+def test_workers_order_their_calls_by_the_controllers_costs_and_parse_only_what_they_run(pytester):
+    """The controller works out each call's cost once; a worker orders its collection by it (the largest
+    first, as before) and parses the entries of the calls it runs, not of all of them."""
+    _dump(pytester.path / "dump")
+    pytester.makeconftest(PARSED)
+    res = pytester.runpytest("--msprobe-api-info", str(pytester.path / "dump" / "step0"), "--msprobe-random",
+                             "-n", "2", "-p", "no:randomly")
+    assert res.parseoutcomes().get("passed") == 14, res.stdout.str()
+    workers = [json.loads((pytester.path / f"gw{i}.json").read_text()) for i in (0, 1)]
+    for worker in workers:
+        assert worker["costs"]
+        assert worker["order"][:2] == ["Torch.matmul.12", "Torch.matmul.13"]       # the largest first
+    parsed = [set(w["parsed"]) for w in workers]
+    assert parsed[0] | parsed[1] == {f"Torch.matmul.{i}" for i in range(14)}
+    assert len(parsed[0]) + len(parsed[1]) == 14, parsed          # each call's entries parsed by one worker
