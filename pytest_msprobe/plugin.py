@@ -112,8 +112,8 @@ def pytest_configure(config: Any) -> None:
         server.send(sess.worker_modules())
         server.ready()
     costs = None                        # the order of the workers' calls, worked out here once (meanwhile
-    if plan is not None and workers_run_calls(config):     # the fork server imports torch)
-        costs = sess.call_costs(lambda path: node_path(config.rootpath, path))
+    if plan is not None and workers_run_calls(config) and not _narrowed(config, plan):  # the server imports
+        costs = sess.call_costs(lambda path: node_path(config.rootpath, path))      # torch)
     selection = Selection(settings, is_api_item=is_api_item, done=done, baseline_failing=baseline,
                           baseline=(workerinput or {}).get("msprobe_baseline"),
                           lastfailed=lastfailed if getattr(config, "cache", None) is not None else None,
@@ -130,6 +130,15 @@ def pytest_configure(config: Any) -> None:
                                                                              costs))
         config.stash[CONTROLLER_KEY] = controller
         config.pluginmanager.register(controller, NAME)
+
+
+def _narrowed(config: Any, plan: Any) -> bool:
+    """Whether the workers may keep only some of the calls (``-k``, ``-m``, ``--lf``, ``--deselect``, node ids
+    on the command line, a result CSV being continued): then each worker orders the few it keeps by their
+    entries, rather than the controller parsing every entry of the dump to order them all."""
+    opt = config.option
+    return bool(getattr(opt, "keyword", "") or getattr(opt, "markexpr", "") or getattr(opt, "lf", False)
+                or getattr(opt, "deselect", None) or plan.done or any("::" in str(a) for a in config.args))
 
 
 def _set_args(config: Any, files: list) -> None:

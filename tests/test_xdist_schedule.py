@@ -339,3 +339,18 @@ def test_workers_order_their_calls_by_the_controllers_costs_and_parse_only_what_
     parsed = [set(w["parsed"]) for w in workers]
     assert parsed[0] | parsed[1] == {f"Torch.matmul.{i}" for i in range(14)}
     assert len(parsed[0]) + len(parsed[1]) == 14, parsed          # each call's entries parsed by one worker
+
+
+def test_a_narrowed_run_leaves_each_worker_to_order_the_few_calls_it_keeps(pytester):
+    """With ``-k`` the workers may keep a few calls of a large dump: the controller parses nothing to order
+    them, and each worker parses the entries of the calls it keeps only."""
+    _dump(pytester.path / "dump")
+    pytester.makeconftest(PARSED)
+    res = pytester.runpytest("--msprobe-api-info", str(pytester.path / "dump" / "step0"), "--msprobe-random",
+                             "-n", "2", "-p", "no:randomly", "-k", "matmul.13 or matmul.3")
+    assert res.parseoutcomes().get("passed") == 2, res.stdout.str()
+    workers = [json.loads((pytester.path / f"gw{i}.json").read_text()) for i in (0, 1)]
+    assert not any(w["costs"] for w in workers)
+    for worker in workers:
+        assert worker["order"] == ["Torch.matmul.13", "Torch.matmul.3"]
+        assert set(worker["parsed"]) <= {"Torch.matmul.13", "Torch.matmul.3"}
