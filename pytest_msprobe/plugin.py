@@ -48,6 +48,8 @@ def _start_fork_server(config: Any, option: Any, controller: bool = False) -> An
         server = forkserver.for_run(option, config.pluginmanager.rewrite_hook, controller)
         if server is not None:
             config.stash[FORK_SERVER_KEY] = server
+            from .session import CheckSession
+            server.send(list(CheckSession.ANY_RUN_MODULES))     # while the controller reads the dumps
     return server
 
 

@@ -113,12 +113,14 @@ class CheckSession:
             torch.set_num_threads(before)
             self._threads_before = None
 
+    ANY_RUN_MODULES = ("numpy",)        # what the worker of any check imports, whatever its dumps
+
     def worker_modules(self) -> list:
         """What a worker of this run imports before its first call and a fork server can import for all of
-        them: numpy and, for PyTorch dumps, torch. Not this package's modules (pytest rewrites a plugin's
-        modules as it imports them, in each worker), nor MindSpore (not imported before a fork)."""
+        them: numpy (:data:`ANY_RUN_MODULES`, sent to the server before the dumps are read) and, for PyTorch
+        dumps, torch. Not MindSpore (not imported before a fork)."""
         frameworks = {cases[0].framework for cases in (self._cases or {}).values() if cases}
-        return ["numpy"] + (["torch"] if "pytorch" in frameworks else [])
+        return list(self.ANY_RUN_MODULES) + (["torch"] if "pytorch" in frameworks else [])
 
     def call_costs(self, node_id: Any) -> dict:
         """File node id (``node_id(path)``) -> the cost of each of its calls in dump order
