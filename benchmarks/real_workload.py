@@ -56,14 +56,24 @@ figures alone earlier that day, at loops of 0.22 and 0.17 s); small dumps 1.04x 
 runs); 176 MB dump.json 5.9 s, 472 MiB; statistics first step 1.27x, steady 1.59x; tensor steady 2.89x (2.35x
 an hour earlier with the dumper unchanged).
 
-Where ``-n 2`` spends what one worker does not (CPU): the fork server imports pytest and torch once (about
-1.4 s), each forked worker sets pytest up (about 0.15-0.3 s: its plugins, which pytest rewrites as it imports
-them, so they cannot be imported ahead), collects, pays its own first calls and, at its end, torch's library
-finalizers (0.1 s); the controller starts (0.3 s) and takes the reports. The workers' first items come about
-0.3-0.5 s after one worker's, once the server has imported torch. Fresh workers (before) each imported torch
-on the cores that then ran the calls: about 2.5 s more CPU per run. The calls themselves: 2.5-2.6 s in one
-worker; with two, 1.5-1.7 s each (they read and cast large tensors and share the memory bandwidth), so the
-second core saves about 0.85 s of the 2.6 s.
+The run after the controller began forking itself into the fork server (loop 0.298 s at the start, 0.325 s
+at the end: a slow phase, one-worker runs 4.89-7.18 s): one worker 4.89 s at best; the first item starts after
+1.69 s (``import torch`` 1.30 s; its report, the first call's compute included, after 1.81 s); ``-n 2`` median
+of the rounds 0.82x (0.77x in a run of the checker figures alone an hour earlier); small dumps 1.04x (1.01x and
+1.02x in runs of 8 rounds of them alone); 176 MB dump.json 6.9 s, 476 MiB; statistics first step 1.41x,
+steady 1.55x; tensor steady 2.36x.
+
+Where ``-n 2`` spends what one worker does not (CPU): the controller forks itself into the fork server as soon
+as pytest has read the options, so the server starts with pytest and every plugin imported (rewritten for
+assertions as a worker's pytest would have them), imports numpy at once and torch when the dumps' framework
+is known (about 1.4 s), and forks each worker from itself. A forked worker configures pytest and collects
+(0.15-0.25 s from fork to first call, 0.08-0.10 s of CPU before its configure; 0.3-0.4 s when the server was
+a fresh interpreter that left the plugins to each worker), pays its own first calls and, at its end, torch's
+library finalizers (0.1 s); the controller works out each call's cost for the workers' order while the server
+imports torch, and takes the reports (xdist's six messages per item, about 1.5 ms of its CPU per item). Fresh
+workers (``MSPROBE_FORK_WORKERS=0``) each import torch on the cores that then run the calls: about 2.5 s more
+CPU per run. The calls themselves: 2.5-2.6 s in one worker; with two, 1.5-1.7 s each (they read and cast large
+tensors and share the memory bandwidth), so the second core saves about 0.85 s of the 2.6 s.
 
 Where the checker's time went and what took it out (one worker, 1000 MB dump): the metric pass 2.3-2.5 s of
 numpy became about 0.9 s (a compiled fused pass per chunk, precision/native_metrics.py, numpy's bits checked at
