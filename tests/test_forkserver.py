@@ -340,3 +340,24 @@ def test_a_controller_inside_a_program_that_imported_torch_gets_a_fresh_server(p
     controller = json.loads((pytester.path / "controller.json").read_text())["pid"]
     assert all(w["torch"] and w["fresh_server"] and w["grandparent"] == controller for w in info), info
     assert info[0]["ppid"] == info[1]["ppid"]
+
+
+def test_a_new_server_is_sent_numpy_before_the_dumps_are_read(monkeypatch):
+    """numpy is what every check's workers import: the server gets it as it starts, and imports it while the
+    controller reads the dumps (torch follows once their framework is known)."""
+    import types
+
+    from pytest_msprobe import plugin
+    from pytest_msprobe.session import CheckSession
+
+    sent = []
+
+    class Server:
+        def send(self, modules):
+            sent.append(list(modules))
+
+    monkeypatch.setattr(forkserver, "for_run", lambda option, hook, controller: Server())
+    config = types.SimpleNamespace(stash=pytest.Stash(), pluginmanager=types.SimpleNamespace(rewrite_hook=None))
+    server = plugin._start_fork_server(config, argparse.Namespace())
+    assert isinstance(server, Server) and sent == [list(CheckSession.ANY_RUN_MODULES)] == [["numpy"]]
+    assert plugin._start_fork_server(config, argparse.Namespace()) is server and len(sent) == 1   # once a run
