@@ -15,6 +15,7 @@ import pytest
 
 from pytest_msprobe import forkserver
 from pytest_msprobe.forkserver import ForkServer
+from pytest_msprobe.forkserver import client as fork_client
 
 pytestmark = pytest.mark.skipif(not forkserver.available(), reason="forking workers needs Linux")
 
@@ -88,13 +89,36 @@ def test_a_worker_ends_without_deregistering_torchs_libraries_and_runs_every_oth
 
 
 def test_the_client_starts_a_plain_interpreter_when_there_is_no_server(tmp_path):
-    cmd = [sys.executable, "-S", "-I", forkserver.server.__file__, str(tmp_path / "no-socket"),
+    cmd = [sys.executable, "-S", "-I", fork_client.__file__, str(tmp_path / "no-socket"),
            "-u", "-c", "import os, sys; print(os.getpid(), 'site' in sys.modules)"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     out, _ = proc.communicate(timeout=60)
     pid, site = out.split()
     assert int(pid) == proc.pid                     # the client became the interpreter (exec), same process
     assert site == "True"                           # and a normal one: not the client's -S -I
+
+
+def test_the_client_imports_only_what_is_built_into_the_interpreter():
+    """One client starts per gateway, one after the other: no socket, signal or json (enum, re, selectors)."""
+    code = ("import sys; before = set(sys.modules); sys.path.insert(0, sys.argv[1]); import client; "
+            "print(' '.join(sorted(set(sys.modules) - before)))")
+    out = subprocess.run([sys.executable, "-S", "-I", "-c", code, os.path.dirname(fork_client.__file__)],
+                         capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    assert "client" in out
+    assert not {"socket", "signal", "json", "enum", "re", "selectors"} & set(out), out
+
+
+@pytest.mark.parametrize("args, cwd, env", [
+    (["-u", "-c", "import sys;exec(eval(sys.stdin.readline()))"], "/tmp/a b", {"A": "1=2", "EMPTY": "", "B": "x y"}),
+    ([], "/", {}),
+    (["-c", "print('\\udcff')", ""], "/d\udcff", {"K": "v\udcfe", "P": "a:b"}),
+])
+def test_a_clients_request_reaches_the_server_as_it_was(args, cwd, env):
+    from pytest_msprobe.forkserver.client import encode_request
+    from pytest_msprobe.forkserver.server import decode_request
+    assert decode_request(encode_request(args, cwd, env)) == {"argv": args, "cwd": cwd, "env": env}
+    with pytest.raises(ValueError):
+        decode_request(b"/\x005\x00-c")
 
 
 def test_arguments_the_server_cannot_honour_get_a_plain_interpreter(server):

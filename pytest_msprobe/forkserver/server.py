@@ -16,9 +16,9 @@ as a fresh interpreter instead (:meth:`ForkServer.start`), which imports the sta
 modules that the controller has, and leaves the plugins to each worker.
 
 How a worker is made: xdist starts each local gateway with the command ``python -u -c BOOTSTRAP``; the
-controller sets that command's interpreter (execnet's ``python=`` key of the spec) to this file run as a
-script, the *client*. The client connects to the server's socket (in a directory only the user can enter),
-waits until the server is ready, hands it its standard streams, working directory, environment and
+controller sets that command's interpreter (execnet's ``python=`` key of the spec) to ``client.py`` beside
+this file run as a script, the *client*. The client connects to the server's socket (in a directory only
+the user can enter), waits until the server is ready, hands it its standard streams, working directory, environment and
 arguments, and then stays as the process xdist started: it passes on SIGTERM and SIGHUP, and exits with the
 worker's status. The server forks; the child takes the streams, directory and environment, runs
 ``BOOTSTRAP`` as ``python -u -c`` would, and ends as an interpreter ends (threads joined, ``atexit``
@@ -26,13 +26,13 @@ handlers, streams flushed; not torch's deregistration of its operator libraries,
 execnet and xdist then talk to it through the same pipes as to any worker.
 
 Whatever goes wrong falls back to what xdist does without it: a client that cannot reach a server that is
-ready (none, dead, stuck past :data:`READY_TIMEOUT`, or one that declines the arguments) runs the plain
+ready (none, dead, stuck past the client's ``READY_TIMEOUT``, or one that declines the arguments) runs the plain
 interpreter with the same arguments. The server lives as long as its pipe from the controller: it ends
 when the controller closes it or dies. Only Linux (fork, and file descriptors passed over a Unix socket);
 ``MSPROBE_FORK_WORKERS=0`` turns it off.
 
-This module imports only the standard library, so that the client starts in a few milliseconds
-(``python -S -I forkserver.py``).
+This module imports only the standard library (it is run by path as the fresh server, ``server.py --serve
+FD``); the client imports only modules built into the interpreter.
 """
 from __future__ import annotations
 
@@ -46,8 +46,7 @@ import sys
 import warnings
 
 ENV_SWITCH = "MSPROBE_FORK_WORKERS"     # "0": every worker starts as a fresh interpreter
-READY_TIMEOUT = 120.0                   # seconds a client waits for the server to finish its imports
-_INT = struct.Struct("!i")
+_INT = struct.Struct("!i")              # as the client's INT
 _SUPPORTED_FLAGS = {"-u", "-B"}         # the interpreter flags execnet puts before -c
 
 
@@ -212,8 +211,8 @@ class ForkServer:
     def command(self) -> str:
         """The ``python=`` value of an execnet spec whose worker this server forks."""
         import shlex
-        return " ".join(shlex.quote(p) for p in (sys.executable, "-S", "-I", os.path.abspath(__file__),
-                                                 self.socket_path))
+        client = os.path.join(os.path.dirname(os.path.abspath(__file__)), "client.py")
+        return " ".join(shlex.quote(p) for p in (sys.executable, "-S", "-I", client, self.socket_path))
 
     def adopt(self, specs: list) -> int:
         """Point every plain local popen spec at this server; how many. Not a spec with its own interpreter
@@ -488,7 +487,7 @@ def _serve_one(conn: socket.socket, listener: socket.socket, children: dict, wak
         if not head or len(fds) != 3:
             raise EOFError("incomplete request")
         size = _INT.unpack(head + _recv_exact(conn, 4 - len(head)))[0]
-        request = json.loads(_recv_exact(conn, size))
+        request = decode_request(_recv_exact(conn, size))
         code, flags, rest = _parse_args(request.get("argv") or [])
         if code is None:
             conn.sendall(_INT.pack(-1))     # arguments this server cannot honour
@@ -505,6 +504,22 @@ def _serve_one(conn: socket.socket, listener: socket.socket, children: dict, wak
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def decode_request(body: bytes) -> dict:
+    """``argv``, ``cwd`` and ``env`` of a client's request (:func:`.client.encode_request`); ValueError for
+    anything else."""
+    fields = [os.fsdecode(field) for field in body.split(b"\0")]
+    count = int(fields[1])
+    if count < 0 or len(fields) < 2 + count:
+        raise ValueError("malformed request")
+    env = {}
+    for item in fields[2 + count:]:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError("malformed request")
+        env[key] = value
+    return {"cwd": fields[0], "argv": fields[2:2 + count], "env": env}
 
 
 def _parse_args(argv: list) -> tuple:
@@ -612,67 +627,5 @@ def _shut_down() -> None:
             pass
 
 
-# --- the client --------------------------------------------------------------------------------------------
-def _client(argv: list) -> None:
-    """The process xdist starts for a gateway: the server's worker in its place, or the plain interpreter."""
-    path, args = argv[0], argv[1:]
-
-    def plain() -> None:
-        os.execv(sys.executable, [sys.executable, *args])
-
-    try:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.settimeout(READY_TIMEOUT)
-        conn.connect(path)
-        if conn.recv(1) != b"R":
-            raise EOFError
-        body = json.dumps({"argv": args, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
-        socket.send_fds(conn, [_INT.pack(len(body))], [0, 1, 2])
-        conn.sendall(body)
-        pid = _INT.unpack(_recv_exact(conn, 4))[0]
-    except (OSError, EOFError, ValueError):
-        plain()
-        return
-    if pid <= 0:
-        plain()
-        return
-    devnull = os.open(os.devnull, os.O_RDWR)    # the pipes are the worker's: their ends close with it
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)
-    os.close(devnull)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda signum, _frame: _forward(pid, signum))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the terminal's Ctrl-C reaches the worker itself
-    conn.settimeout(None)
-    try:
-        status = _INT.unpack(_recv_exact(conn, 4))[0]
-    except (OSError, EOFError):
-        while _alive(pid):          # the server went away first: wait for the worker itself
-            select.select([], [], [], 0.2)
-        sys.exit(1)
-    code = os.waitstatus_to_exitcode(status)
-    sys.exit(code if code >= 0 else 128 - code)     # killed by a signal: the shell's 128 + its number
-
-
-def _forward(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except OSError:
-        pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--serve"]:
-        serve(int(sys.argv[2]))
-    else:
-        _client(sys.argv[1:])
+    serve(int(sys.argv[2]))             # ``server.py --serve FD`` (:meth:`ForkServer.start`)
