@@ -240,6 +240,29 @@ def test_a_plain_process_forks_itself_into_the_server(tmp_path):
     assert out["rc"] == 0 and not out["left"]
 
 
+FORK_FAILS = r"""
+import glob, os, tempfile
+from pytest_msprobe.forkserver import ForkServer
+
+def no_fork():
+    raise OSError(12, "Cannot allocate memory")
+
+os.fork = no_fork
+before = set(glob.glob(os.path.join(tempfile.gettempdir(), "msprobe-fork-*")))
+fds = len(os.listdir("/proc/self/fd"))
+print(ForkServer.fork(), set(glob.glob(os.path.join(tempfile.gettempdir(), "msprobe-fork-*"))) - before,
+      len(os.listdir("/proc/self/fd")) - fds)
+"""
+
+
+def test_a_fork_that_fails_leaves_no_server_and_nothing_behind():
+    """``fork`` failing (no memory, too many processes): no server, no directory, no file left open; the
+    run then starts a fresh one."""
+    res = subprocess.run([sys.executable, "-c", FORK_FAILS], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["None", "set()", "0"]
+
+
 UNFORKABLE = r"""
 import sys, threading, time
 from pytest_msprobe.forkserver import unforkable

@@ -176,9 +176,16 @@ class ForkServer:
                 stream.flush()          # nothing buffered here is written twice
             except (OSError, ValueError, AttributeError):
                 pass
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError:                 # no memory, too many processes: the run starts a fresh one, or none
+            for fd in (lifeline_r, lifeline_w, log):
+                os.close(fd)
+            listener.close()
+            _remove(directory)
+            return None
         if pid == 0:                    # the server: never returns
             try:
                 _forked_server(listener.fileno(), lifeline_r, log, rewrite_hook)
@@ -322,10 +329,14 @@ def _forked_server(listener: int, lifeline: int, log: int, rewrite_hook: object)
     os.dup2(null, 1)
     os.dup2(log, 2)
     keep = {0, 1, 2, listener}
-    for name in os.listdir("/proc/self/fd"):    # capture files, saved terminal streams, the lifeline's ends
-        if int(name) not in keep:
+    try:
+        open_fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:                         # no /proc: the usual range
+        open_fds = list(range(3, 1024))
+    for fd in open_fds:                     # capture files, saved terminal streams, the lifeline's ends
+        if fd not in keep:
             try:
-                os.close(int(name))
+                os.close(fd)
             except OSError:
                 pass
     enc = getattr(sys.__stdout__, "encoding", None) or "utf-8"
