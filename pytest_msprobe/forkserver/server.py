@@ -128,13 +128,11 @@ class ForkServer:
         """Start a server that imports ``modules`` (names; what fails to import, and what ``rewrite_hook``
         rewrites, is left to the workers). None where it cannot start (the run goes on with plain workers)."""
         import subprocess
-        import tempfile
-        directory = tempfile.mkdtemp(prefix="msprobe-fork-")     # mode 0700: only this user reaches the socket
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        log_path = os.path.join(directory, "server.log")
+        made = _listening()
+        if made is None:
+            return None
+        directory, listener, log_path = made
         try:
-            listener.bind(os.path.join(directory, "s"))
-            listener.listen(64)
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(        # this file, not the package: the server imports only what
                     [sys.executable, os.path.abspath(__file__), "--serve", str(listener.fileno())],   # it is sent
@@ -156,15 +154,13 @@ class ForkServer:
         for assertions as a worker's own rewriter would) and none of what it has done since, which a fresh
         interpreter would spend a few tenths of a second importing again. None where this process cannot fork
         safely (:func:`unforkable`): the run starts a fresh one."""
-        import tempfile
         if unforkable():
             return None
-        directory = tempfile.mkdtemp(prefix="msprobe-fork-")     # mode 0700: only this user reaches the socket
-        log_path = os.path.join(directory, "server.log")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        made = _listening()
+        if made is None:
+            return None
+        directory, listener, log_path = made
         try:
-            listener.bind(os.path.join(directory, "s"))
-            listener.listen(64)
             lifeline_r, lifeline_w = os.pipe()
             log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         except OSError:
@@ -313,6 +309,36 @@ def unforkable() -> str:
     return f"{loaded[0]} is already imported" if loaded else ""
 
 
+def _listening() -> tuple | None:
+    """(directory, listening socket, log path) of a new server: the socket ``s`` in a directory of mode 0700,
+    so that only this user reaches it; None where it cannot be made."""
+    import tempfile
+    try:
+        directory = tempfile.mkdtemp(prefix="msprobe-fork-")
+    except OSError:
+        return None
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(os.path.join(directory, "s"))
+        listener.listen(64)
+    except OSError:
+        listener.close()
+        _remove(directory)
+        return None
+    return directory, listener, os.path.join(directory, "server.log")
+
+
+def _std_streams(encoding: str) -> None:
+    """``sys.stdin``, ``stdout`` and ``stderr`` (and their ``__std*__``) anew on file descriptors 0, 1 and 2, as
+    an interpreter opens them: written through, stderr with backslash escapes."""
+    import io
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=encoding)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=encoding,
+                                                   write_through=True)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=encoding,
+                                                   errors="backslashreplace", write_through=True)
+
+
 def _remove(directory: str) -> None:
     import shutil
     shutil.rmtree(directory, ignore_errors=True)
@@ -323,7 +349,6 @@ def _forked_server(listener: int, lifeline: int, log: int, rewrite_hook: object)
     """In the child of :meth:`ForkServer.fork`: leave the controller's state that a fresh interpreter would not
     have (its streams and other files, pytest's assertion rewriter), then serve. (xdist gives each local
     worker the controller's ``sys.path`` as it was when xdist was imported.)"""
-    import io
     os.dup2(lifeline, 0)                    # the controller's pipe: module lists, and its end is the server's
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
@@ -339,11 +364,7 @@ def _forked_server(listener: int, lifeline: int, log: int, rewrite_hook: object)
                 os.close(fd)
             except OSError:
                 pass
-    enc = getattr(sys.__stdout__, "encoding", None) or "utf-8"
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=enc)
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=enc)
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=enc,
-                                                   errors="backslashreplace", write_through=True)
+    _std_streams(getattr(sys.__stdout__, "encoding", None) or "utf-8")
     if rewrite_hook in sys.meta_path:       # each worker's pytest installs its own
         sys.meta_path.remove(rewrite_hook)
     serve(listener)
@@ -547,7 +568,6 @@ def _parse_args(argv: list) -> tuple:
 
 def _child(fds: list, request: dict, code: str, flags: set, rest: list, inherited: list, wake: tuple) -> None:
     """In the forked worker: become ``python -u -c CODE`` in the client's place; ends the process."""
-    import io
     import types
     status = 1
     try:
@@ -569,12 +589,7 @@ def _child(fds: list, request: dict, code: str, flags: set, rest: list, inherite
         os.environ.clear()
         os.environ.update(env)
         sys.dont_write_bytecode = "-B" in flags or sys.dont_write_bytecode
-        enc = sys.stdout.encoding if sys.stdout else "utf-8"
-        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=enc)
-        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=enc,
-                                                       write_through=True)
-        sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=enc,
-                                                       errors="backslashreplace", write_through=True)
+        _std_streams(sys.stdout.encoding if sys.stdout else "utf-8")
         sys.argv = ["-c", *rest]
         numpy = sys.modules.get("numpy")
         if numpy is not None:           # as in a fresh process: its own seed for numpy's global generator
