@@ -50,6 +50,41 @@ def test_a_forked_worker_has_the_clients_streams_directory_environment_and_statu
     assert res.stdout.rstrip().endswith("['-c']")
 
 
+@pytest.fixture
+def execnet_server():
+    srv = ForkServer.start(["execnet.gateway_base", "execnet.gateway_io"])
+    assert srv is not None
+    srv.ready()
+    yield srv
+    srv.close()
+
+
+def test_execnets_bootstrap_serves_through_the_gateway_module_the_server_imported(execnet_server):
+    """For an interpreter of its own, execnet sends the source of its gateway module and a few lines that serve
+    through it: a forked worker runs only those lines, against the module the server has (as execnet's own
+    local workers do), and the gateway works as any other."""
+    import execnet
+    gw = execnet.makegateway("popen//python=" + execnet_server.command())
+    try:
+        channel = gw.remote_exec(
+            "import os, sys\n"
+            "main, module = sys.modules['__main__'], sys.modules.get('execnet.gateway_base')\n"
+            "channel.send((os.getppid(), module is not None and main.serve is module.serve, channel.receive()))")
+        channel.send("echo")
+        ppid, same_module, echo = channel.receive(60)
+    finally:
+        gw.exit()
+    assert ppid == execnet_server.proc.pid      # forked by the server
+    assert same_module and echo == "echo"
+
+
+def test_a_bootstrap_line_with_any_other_source_runs_it_as_it_came(execnet_server):
+    from execnet.gateway_io import popen_bootstrapline
+    res = _client(execnet_server, popen_bootstrapline, input=repr("print('ran in', __name__, sys.argv)") + "\n")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["ran", "in", "__main__", "['-c']"]
+
+
 def test_a_worker_killed_by_a_signal_is_reported_as_killed(server):
     res = _client(server, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
     assert res.returncode == 128 + signal.SIGKILL

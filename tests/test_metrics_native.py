@@ -184,6 +184,38 @@ def test_ordered_sums_are_numpys(n):
     assert nm.ordered_sums()
 
 
+class _Skewed:
+    """The kernel library with one of its ordered sums off by one unit in the last place at one length."""
+
+    def __init__(self, lib, name, length):
+        self._lib, self._name, self._length = lib, name, length
+
+    def __getattr__(self, name):
+        fn = getattr(self._lib, name)
+        if name != self._name:
+            return fn
+
+        def skewed(*args):
+            if name.startswith("msprobe_pairwise"):
+                got = fn(*args)
+                return np.nextafter(got, np.inf) if args[1] == self._length else got
+            fn(*args)
+            if args[2] == self._length:
+                out = np.ctypeslib.as_array(ctypes.cast(args[3], ctypes.POINTER(ctypes.c_double)), (3,))
+                out[1] = np.nextafter(out[1], np.inf)
+        return skewed
+
+
+@needs_kernel
+@pytest.mark.parametrize("name, length", [("msprobe_pairwise_f32", 8193), ("msprobe_pairwise_f64", 1),
+                                          ("msprobe_dots_fd", 65536), ("msprobe_dots_dd", 129)])
+def test_a_kernel_whose_sums_differ_from_numpys_anywhere_leaves_them_to_numpy(name, length):
+    """The start-up check catches a single bit of difference at any one of its lengths, in any sum."""
+    lib = nm.library()
+    assert nm.sums_agree(lib)
+    assert not nm.sums_agree(_Skewed(lib, name, length))
+
+
 def test_switch_and_unsupported_dtypes(monkeypatch):
     monkeypatch.setenv("MSPROBE_METRICS_NATIVE", "0")
     assert not nm.enabled() and nm.kernel(np.dtype(F32), np.dtype(F32), nm.LEGACY, [0.0] * 9) is None

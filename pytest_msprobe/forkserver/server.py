@@ -21,7 +21,8 @@ this file run as a script, the *client*. The client connects to the server's soc
 the user can enter), waits until the server is ready, hands it its standard streams, working directory, environment and
 arguments, and then stays as the process xdist started: it passes on SIGTERM and SIGHUP, and exits with the
 worker's status. The server forks; the child takes the streams, directory and environment, runs
-``BOOTSTRAP`` as ``python -u -c`` would, and ends as an interpreter ends (threads joined, ``atexit``
+``BOOTSTRAP`` as ``python -u -c`` would (execnet's own gateway source, which it sends along, is not compiled
+again: :func:`_run_program`), and ends as an interpreter ends (threads joined, ``atexit``
 handlers, streams flushed; not torch's deregistration of its operator libraries, see :func:`_keep_torch_libraries`).
 execnet and xdist then talk to it through the same pipes as to any worker.
 
@@ -597,7 +598,7 @@ def _child(fds: list, request: dict, code: str, flags: set, rest: list, inherite
         main = types.ModuleType("__main__")
         sys.modules["__main__"] = main
         try:
-            exec(compile(code, "<string>", "exec"), main.__dict__)     # noqa: S102 - xdist's own bootstrap
+            _run_program(code, main.__dict__)
             status = 0
         except SystemExit as exc:
             status = _exit_status(exc.code)
@@ -607,6 +608,37 @@ def _child(fds: list, request: dict, code: str, flags: set, rest: list, inherite
         _shut_down()
     finally:
         os._exit(status)
+
+
+def _run_program(code: str, namespace: dict) -> None:
+    """Run ``python -c CODE`` in ``namespace`` (``__main__``'s). When CODE is execnet's bootstrap line for a
+    local interpreter, which reads one line holding the source of execnet's ``gateway_base`` and a few lines
+    that serve through it, only those lines run, against the ``gateway_base`` module this process has
+    imported: as execnet starts a worker that runs its own interpreter (it imports the module), instead of
+    compiling its 60 KB of source again (about 20 ms a worker, one gateway after another). Any other line
+    runs as it came."""
+    io_module = sys.modules.get("execnet.gateway_io")
+    gateway = sys.modules.get("execnet.gateway_base")
+    if gateway is None or code != getattr(io_module, "popen_bootstrapline", None):
+        exec(compile(code, "<string>", "exec"), namespace)     # noqa: S102 - xdist's own bootstrap
+        return
+    namespace["sys"] = sys                                     # the line's ``import sys``
+    source = eval(sys.stdin.readline(), namespace)             # noqa: S307 - what the line itself evaluates
+    known = _module_source(gateway)
+    if not (isinstance(source, str) and known and source.startswith(known + "\n")):
+        exec(source, namespace)                                # noqa: S102
+        return
+    namespace.update((name, value) for name, value in vars(gateway).items() if not name.startswith("__"))
+    exec(compile(source[len(known) + 1:], "<string>", "exec"), namespace)     # noqa: S102
+
+
+def _module_source(module: object) -> str:
+    """A module's source as ``inspect.getsource`` reads it (how execnet sends it), or "" when unreadable."""
+    try:
+        import inspect
+        return inspect.getsource(module)
+    except (OSError, TypeError):
+        return ""
 
 
 def _keep_torch_libraries() -> None:

@@ -313,18 +313,22 @@ def sums_agree(lib: Any) -> bool:
     """Whether the kernel's ordered sums give this numpy's bits on prepared arrays of many lengths."""
     rng = np.random.default_rng(20240607)
     sizes = (1, 2, 7, 8, 9, 15, 16, 17, 127, 128, 129, 255, 256, 257, 1000, 4097, 8191, 8193, 65535, 65536)
+    top = max(sizes)                # each length checks the start of one draw (contiguous, as the kernel reads)
+    x64 = rng.standard_normal(top) * np.exp(rng.uniform(-8, 8, top))
+    y64 = x64 * (1 + 1e-3 * rng.standard_normal(top))
+    x32, y32 = x64.astype(_F32), y64.astype(_F32)
+    wide = {"x": x64, "y": y64, "xf": x32.astype(_F64), "yf": y32.astype(_F64)}     # what the einsums read
     for n in sizes:
-        x = rng.standard_normal(n) * np.exp(rng.uniform(-8, 8, n))
-        y = x * (1 + 1e-3 * rng.standard_normal(n))
-        for a in (x.astype(_F32), x):
+        arrays = {"x": x64[:n], "y": y64[:n], "xf": x32[:n], "yf": y32[:n]}
+        for a in (arrays["xf"], arrays["x"]):
             if c_sum(lib, a) != float(np.sum(a)):
                 log.debug("the C pairwise sum differs from np.sum (%s, n=%d): numpy sums", a.dtype, n)
                 return False
-        for b, d in ((y, x), (y.astype(_F32), x.astype(_F32)), (y, x.astype(_F32)), (y.astype(_F32), x)):
-            b64, d64 = b.astype(_F64), d.astype(_F64)
+        for b, d in (("y", "x"), ("yf", "xf"), ("y", "xf"), ("yf", "x")):
+            b64, d64 = wide[b][:n], wide[d][:n]
             want = (float(np.einsum("i,i->", d64, b64)), float(np.einsum("i,i->", d64, d64)),
                     float(np.einsum("i,i->", b64, b64)))
-            if c_dots(lib, b, d) != want:
+            if c_dots(lib, arrays[b], arrays[d]) != want:
                 log.debug("the C dot products differ from np.einsum (n=%d): numpy sums", n)
                 return False
     return True
