@@ -9,6 +9,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -185,8 +186,42 @@ def test_the_server_ends_with_its_pipe_and_leaves_nothing_behind():
     directory = srv.directory
     assert os.stat(directory).st_mode & 0o077 == 0          # only this user reaches the socket
     srv.close()
-    assert srv.proc.returncode == 0 and srv.failure() == ""
+    assert srv.proc.wait(timeout=30) == 0 and srv.failure() == ""
     assert not os.path.exists(directory)
+
+
+def test_close_waits_for_the_server_to_finish_not_for_its_memory_to_go():
+    """A closed server has finished (its directory is gone) when close returns; one the kernel is still tearing
+    down is reaped when the next server starts."""
+    from pytest_msprobe.forkserver import server as server_module
+    first = ForkServer.start(["decimal"])
+    first.ready()
+    first.close()
+    assert not os.path.exists(first.directory)
+    assert first.proc.returncode == 0 or first.proc in server_module._EXITING
+    deadline = time.monotonic() + 30
+    while first.proc.poll() is None and time.monotonic() < deadline:    # only looking: reaping is the next's
+        time.sleep(0.01)
+    second = ForkServer.start([])
+    assert first.proc not in server_module._EXITING and first.proc.returncode == 0
+    second.ready()
+    second.close()
+
+
+def test_a_server_that_does_not_finish_when_closed_is_killed(monkeypatch):
+    srv = ForkServer.start([])
+    srv.ready()
+    client = subprocess.Popen(shlex.split(srv.command()) + ["-u", "-c", "import time; print('up', flush=True); "
+                                                             "time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline().strip() == "up"
+        monkeypatch.setattr(ForkServer, "CLOSE_TIMEOUT", 0.5)
+        srv.close()                     # its worker still runs: the server waits for it, and is killed
+        assert srv.proc.returncode == -signal.SIGKILL
+        assert not os.path.exists(srv.directory)
+    finally:
+        client.terminate()              # passed on to the worker
+        client.wait(timeout=30)
 
 
 def test_a_server_whose_controller_dies_ends_and_leaves_nothing_behind():
@@ -251,7 +286,7 @@ with open("/proc/%d/stat" % srv.proc.pid) as fh:
 directory = srv.directory
 srv.close()
 print(json.dumps({"worker": worker, "server": srv.proc.pid, "server_parent": server_parent, "me": os.getpid(),
-                  "rc": srv.proc.returncode, "left": os.path.exists(directory), "kept": kept}))
+                  "rc": srv.proc.wait(30), "left": os.path.exists(directory), "kept": kept}))
 """
 
 

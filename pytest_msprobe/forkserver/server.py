@@ -116,8 +116,12 @@ def preloadable(names: list, rewrite_hook: object) -> list:
 class ForkServer:
     """The controller's handle on its fork server: its socket, its pipe (its lifeline) and its log."""
 
-    def __init__(self, directory: str, proc: object, log_path: str, rewrite_hook: object = None) -> None:
+    CLOSE_TIMEOUT = 5.0                 # seconds a closed server has to finish before it is killed
+
+    def __init__(self, directory: str, proc: object, log_path: str, rewrite_hook: object = None,
+                 done: int = -1) -> None:
         self.directory = directory
+        self.done = done                # read end of a pipe the server closes as it ends (-1: none)
         self.rewrite_hook = rewrite_hook    # pytest's assertion rewriter: what it rewrites is not preloaded
         self.socket_path = os.path.join(directory, "s")
         self.proc = proc
@@ -133,18 +137,26 @@ class ForkServer:
         if made is None:
             return None
         directory, listener, log_path = made
+        _reap_exited()
+        done_r = done_w = -1
         try:
+            done_r, done_w = os.pipe()
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(        # this file, not the package: the server imports only what
-                    [sys.executable, os.path.abspath(__file__), "--serve", str(listener.fileno())],   # it is sent
+                    [sys.executable, os.path.abspath(__file__), "--serve", str(listener.fileno()),  # it is sent
+                     str(done_w)],
                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
-                    pass_fds=[listener.fileno()], close_fds=True)
+                    pass_fds=[listener.fileno(), done_w], close_fds=True)
         except OSError:
+            for fd in (done_r, done_w):
+                if fd >= 0:
+                    os.close(fd)
             listener.close()
             _remove(directory)
             return None
+        os.close(done_w)
         listener.close()                # the server holds it now: if the server dies, clients are refused
-        server = cls(directory, proc, log_path, rewrite_hook)
+        server = cls(directory, proc, log_path, rewrite_hook, done_r)
         server.send(modules)
         return server
 
@@ -161,10 +173,17 @@ class ForkServer:
         if made is None:
             return None
         directory, listener, log_path = made
+        _reap_exited()
+        opened: list = []
         try:
             lifeline_r, lifeline_w = os.pipe()
+            opened += [lifeline_r, lifeline_w]
+            done_r, done_w = os.pipe()
+            opened += [done_r, done_w]
             log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         except OSError:
+            for fd in opened:
+                os.close(fd)
             listener.close()
             _remove(directory)
             return None
@@ -178,23 +197,23 @@ class ForkServer:
                 warnings.simplefilter("ignore", DeprecationWarning)
                 pid = os.fork()
         except OSError:                 # no memory, too many processes: the run starts a fresh one, or none
-            for fd in (lifeline_r, lifeline_w, log):
+            for fd in (lifeline_r, lifeline_w, done_r, done_w, log):
                 os.close(fd)
             listener.close()
             _remove(directory)
             return None
         if pid == 0:                    # the server: never returns
             try:
-                _forked_server(listener.fileno(), lifeline_r, log, rewrite_hook)
+                _forked_server(listener.fileno(), lifeline_r, log, rewrite_hook, done_w)
             except BaseException:  # noqa: BLE001 - before it serves: into its log, and its clients start plain
                 import traceback
                 traceback.print_exc()
             finally:
                 os._exit(1)
-        os.close(lifeline_r)
-        os.close(log)
+        for fd in (lifeline_r, done_w, log):
+            os.close(fd)
         listener.close()                # the server holds it now: if the server dies, clients are refused
-        return cls(directory, _ForkedProcess(pid, os.fdopen(lifeline_w, "wb")), log_path, rewrite_hook)
+        return cls(directory, _ForkedProcess(pid, os.fdopen(lifeline_w, "wb")), log_path, rewrite_hook, done_r)
 
     def send(self, modules: list) -> None:
         """More modules for the server to import before it forks (one JSON line on its pipe)."""
@@ -244,17 +263,46 @@ class ForkServer:
         return lines[-1] if lines else f"exit status {rc}"
 
     def close(self) -> None:
-        """End the server (closing its pipe) and remove its directory."""
+        """End the server (closing its pipe) and remove its directory. This waits until the server has finished
+        (its workers ended, its directory removed), not for the kernel's teardown of its memory, tens of
+        milliseconds for a process that has imported torch: a server still exiting is reaped when the next
+        one starts, or by the system when this process ends."""
         try:
             self.proc.stdin.close()
         except OSError:
             pass
-        try:
-            self.proc.wait(timeout=5)
-        except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired: it is stuck, it goes
-            self.proc.kill()
+        if not self._finished(self.CLOSE_TIMEOUT):
+            self.proc.kill()            # stuck: it goes
             self.proc.wait()
+        elif self.proc.poll() is None:
+            _EXITING.append(self.proc)
         _remove(self.directory)
+
+    def _finished(self, timeout: float) -> bool:
+        """Whether the server ended its work within ``timeout`` seconds: it closes the write end of its
+        ``done`` pipe last (as does its exit, whatever ends it)."""
+        if self.done < 0:
+            try:
+                self.proc.wait(timeout=timeout)
+            except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired
+                return False
+            return True
+        try:
+            readable, _, _ = select.select([self.done], [], [], timeout)
+            return bool(readable) and not os.read(self.done, 1)
+        except OSError:
+            return self.proc.poll() is not None
+        finally:
+            os.close(self.done)
+            self.done = -1
+
+
+_EXITING: list = []                     # servers closed while the kernel still tore them down
+
+
+def _reap_exited() -> None:
+    """Collect the exit status of closed servers that have ended since (none stays a zombie for long)."""
+    _EXITING[:] = [proc for proc in _EXITING if proc.poll() is None]
 
 
 class _ForkedProcess:
@@ -346,7 +394,7 @@ def _remove(directory: str) -> None:
 
 
 # --- the server --------------------------------------------------------------------------------------------
-def _forked_server(listener: int, lifeline: int, log: int, rewrite_hook: object) -> None:
+def _forked_server(listener: int, lifeline: int, log: int, rewrite_hook: object, done: int) -> None:
     """In the child of :meth:`ForkServer.fork`: leave the controller's state that a fresh interpreter would not
     have (its streams and other files, pytest's assertion rewriter), then serve. (xdist gives each local
     worker the controller's ``sys.path`` as it was when xdist was imported.)"""
@@ -354,7 +402,7 @@ def _forked_server(listener: int, lifeline: int, log: int, rewrite_hook: object)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
     os.dup2(log, 2)
-    keep = {0, 1, 2, listener}
+    keep = {0, 1, 2, listener, done}
     try:
         open_fds = [int(name) for name in os.listdir("/proc/self/fd")]
     except OSError:                         # no /proc: the usual range
@@ -368,7 +416,7 @@ def _forked_server(listener: int, lifeline: int, log: int, rewrite_hook: object)
     _std_streams(getattr(sys.__stdout__, "encoding", None) or "utf-8")
     if rewrite_hook in sys.meta_path:       # each worker's pytest installs its own
         sys.meta_path.remove(rewrite_hook)
-    serve(listener)
+    serve(listener, done)
 
 
 def _preload(modules: list) -> None:
@@ -393,16 +441,17 @@ def _read_line(fd: int, buf: bytearray) -> bytes | None:
     return line
 
 
-def serve(fd: int) -> None:
+def serve(fd: int, done: int = -1) -> None:
     """The fork server (this file run by :meth:`ForkServer.start`); ends the process when done, without
-    tearing down what it imported (nothing of it needs saving)."""
+    tearing down what it imported (nothing of it needs saving), closing ``done`` last: the controller then
+    knows it has finished (:meth:`ForkServer.close`)."""
     if not sys.flags.safe_path and sys.path:
         sys.path[0] = ""            # as for ``python -c``, the workers' command, not this file's (the script's)
     status = 0
     try:
         with socket.socket(fileno=os.dup(fd)) as named:
             directory = os.path.dirname(named.getsockname())
-        _serve(fd)
+        _serve(fd, () if done < 0 else (done,))
         _remove(directory)          # the controller closed its pipe, or died: nothing of the run is left here
     except BaseException:  # noqa: BLE001 - reported through the log (kept for the controller); clients fall back
         import traceback
@@ -410,10 +459,12 @@ def serve(fd: int) -> None:
         status = 1
     finally:
         sys.stderr.flush()
+        if done >= 0:
+            os.close(done)
         os._exit(status)
 
 
-def _serve(fd: int) -> None:
+def _serve(fd: int, private: tuple = ()) -> None:
     import gc
     import threading
     listener = socket.socket(fileno=fd)
@@ -457,7 +508,7 @@ def _serve(fd: int) -> None:
                 conn, _ = listener.accept()
             except OSError:
                 continue
-            _serve_one(conn, listener, children, (wake_r, wake_w))
+            _serve_one(conn, listener, children, (wake_r, wake_w, *private))
 
 
 def _describe_platform() -> None:
@@ -506,7 +557,7 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
-def _serve_one(conn: socket.socket, listener: socket.socket, children: dict, wake: tuple) -> None:
+def _serve_one(conn: socket.socket, listener: socket.socket, children: dict, private: tuple) -> None:
     """Take one client's request and fork its worker (or decline it: the client starts a plain one)."""
     fds: list = []
     try:
@@ -529,7 +580,7 @@ def _serve_one(conn: socket.socket, listener: socket.socket, children: dict, wak
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
         if pid == 0:
-            _child(fds, request, code, flags, rest, [listener, conn, *children.values()], wake)  # never returns
+            _child(fds, request, code, flags, rest, [listener, conn, *children.values()], private)  # no return
         conn.sendall(_INT.pack(pid))
         children[pid] = conn
     except (OSError, EOFError, ValueError):
@@ -567,8 +618,9 @@ def _parse_args(argv: list) -> tuple:
     return None, None, None
 
 
-def _child(fds: list, request: dict, code: str, flags: set, rest: list, inherited: list, wake: tuple) -> None:
-    """In the forked worker: become ``python -u -c CODE`` in the client's place; ends the process."""
+def _child(fds: list, request: dict, code: str, flags: set, rest: list, inherited: list, private: tuple) -> None:
+    """In the forked worker: become ``python -u -c CODE`` in the client's place (without the server's own
+    ``inherited`` objects and ``private`` descriptors); ends the process."""
     import types
     status = 1
     try:
@@ -578,7 +630,7 @@ def _child(fds: list, request: dict, code: str, flags: set, rest: list, inherite
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for obj in inherited:
             obj.close()
-        for fd in wake:
+        for fd in private:
             os.close(fd)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
@@ -686,4 +738,4 @@ def _shut_down() -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[2]))             # ``server.py --serve FD`` (:meth:`ForkServer.start`)
+    serve(int(sys.argv[2]), int(sys.argv[3]))     # ``server.py --serve FD DONE`` (:meth:`ForkServer.start`)
