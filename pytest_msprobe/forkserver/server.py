@@ -37,6 +37,7 @@ FD``); the client imports only modules built into the interpreter.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -266,7 +267,7 @@ class ForkServer:
         """End the server (closing its pipe) and remove its directory. This waits until the server has finished
         (its workers ended, its directory removed), not for the kernel's teardown of its memory, tens of
         milliseconds for a process that has imported torch: a server still exiting is reaped when the next
-        one starts, or by the system when this process ends."""
+        one starts, or as this process ends."""
         try:
             self.proc.stdin.close()
         except OSError:
@@ -275,6 +276,7 @@ class ForkServer:
             self.proc.kill()            # stuck: it goes
             self.proc.wait()
         elif self.proc.poll() is None:
+            _reap_at_exit(self.CLOSE_TIMEOUT)
             _EXITING.append(self.proc)
         _remove(self.directory)
 
@@ -300,9 +302,23 @@ class ForkServer:
 _EXITING: list = []                     # servers closed while the kernel still tore them down
 
 
-def _reap_exited() -> None:
-    """Collect the exit status of closed servers that have ended since (none stays a zombie for long)."""
-    _EXITING[:] = [proc for proc in _EXITING if proc.poll() is None]
+def _reap_exited(timeout: float = 0.0) -> None:
+    """Collect the exit status of closed servers that have ended (waiting up to ``timeout`` seconds for them):
+    when the next server starts, and as this process ends, when the last of them has long finished."""
+    import time
+    end = time.monotonic() + timeout
+    while _EXITING:
+        _EXITING[:] = [proc for proc in _EXITING if proc.poll() is None]
+        if not _EXITING or time.monotonic() >= end:
+            return
+        time.sleep(0.005)
+
+
+@functools.lru_cache(maxsize=None)
+def _reap_at_exit(timeout: float) -> None:
+    """Reap the servers still exiting as this process ends (registered once)."""
+    import atexit
+    atexit.register(_reap_exited, timeout)
 
 
 class _ForkedProcess:
