@@ -119,10 +119,9 @@ class ForkServer:
 
     CLOSE_TIMEOUT = 5.0                 # seconds a closed server has to finish before it is killed
 
-    def __init__(self, directory: str, proc: object, log_path: str, rewrite_hook: object = None,
-                 done: int = -1) -> None:
+    def __init__(self, directory: str, proc: object, log_path: str, rewrite_hook: object, done: int) -> None:
         self.directory = directory
-        self.done = done                # read end of a pipe the server closes as it ends (-1: none)
+        self.done = done                # read end of a pipe the server closes as it ends (-1 once read)
         self.rewrite_hook = rewrite_hook    # pytest's assertion rewriter: what it rewrites is not preloaded
         self.socket_path = os.path.join(directory, "s")
         self.proc = proc
@@ -283,12 +282,8 @@ class ForkServer:
     def _finished(self, timeout: float) -> bool:
         """Whether the server ended its work within ``timeout`` seconds: it closes the write end of its
         ``done`` pipe last (as does its exit, whatever ends it)."""
-        if self.done < 0:
-            try:
-                self.proc.wait(timeout=timeout)
-            except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired
-                return False
-            return True
+        if self.done < 0:               # closed before
+            return self.proc.poll() is not None
         try:
             readable, _, _ = select.select([self.done], [], [], timeout)
             return bool(readable) and not os.read(self.done, 1)
