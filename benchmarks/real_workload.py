@@ -69,9 +69,10 @@ controller stopped waiting through its fork server's teardown at the end (20-30 
 at the start, 0.185 s at the end, but ``import torch`` 1.74 s, against 1.21-1.45 s the session before): one
 worker 5.05 s at best (runs 5.05-6.50 s); the first item starts after 2.00 s (target 2.24 s); ``-n 2`` median
 of the rounds 0.76x; small dumps 1.06x; 176 MB dump.json 4.3 s, 476 MiB; statistics first step 1.40x, steady
-1.60x; tensor steady 2.39x. Two runs of the checker figures alone that day: one worker 5.34 s and 4.57 s at
-best (``import torch`` 1.59 s and 1.33 s), ``-n 2`` 0.80x and 0.86x (best to best 0.73x and 0.74x), small
-dumps 1.04x and 1.05x. The peak RSS printed for ``-n 2`` is that of the run's largest process (a worker).
+1.60x; tensor steady 2.39x. Three runs of the checker figures alone that day: one worker 5.34, 4.57 and 4.07 s
+at best (``import torch`` 1.59, 1.33 and 1.36 s), ``-n 2`` 0.80x, 0.86x and 0.76x (best to best 0.73x, 0.74x
+and 0.80x), small dumps 1.04x, 1.05x and 1.06x. The peak RSS printed for ``-n 2`` is that of the run's largest
+process (a worker).
 
 Where ``-n 2`` spends what one worker does not (CPU): the controller forks itself into the fork server as soon
 as pytest has read the options, so the server starts with pytest and every plugin imported (rewritten for
