@@ -84,7 +84,7 @@ def required_bytes(case: Any) -> tuple:
     elements = total = 0
     for _, item in _tensor_items(case):
         n = entries.element_count(item.get("shape") or [])
-        dt = info(_target_dtype(case, TensorSpec.from_item(item).dtype))
+        dt = info(_target_dtype(case, TensorSpec.dtype_of(item)))
         elements += n
         total += n * (dt.itemsize if dt else 8)
     return elements, total
@@ -120,7 +120,7 @@ def _hf32(tensor: Any) -> Any:
 def _postprocess(case: Any, item: dict, tensor: Any) -> Any:
     import torch
 
-    target = _target_dtype(case, TensorSpec.from_item(item).dtype)
+    target = _target_dtype(case, TensorSpec.dtype_of(item))
     if str(tensor.dtype) != f"torch.{target}":
         tensor = tensor.to(getattr(torch, target))
     if _base(case.api) in HF32_APIS and tensor.dtype == torch.float32:

@@ -51,11 +51,17 @@ class TensorSpec:
     min_finite: Any = None
     max_finite: Any = None
 
-    @classmethod
-    def from_item(cls, item: dict) -> TensorSpec:
+    @staticmethod
+    def dtype_of(item: dict) -> str:
+        """The canonical dtype of a tensor item; GenerationError for one that cannot be generated."""
         dtype = fmt.canonical_dtype(item.get("dtype"))
         if dtype is None or info(dtype) is None:
             raise GenerationError(f"dtype {item.get('dtype')!r} cannot be generated")
+        return dtype
+
+    @classmethod
+    def from_item(cls, item: dict) -> TensorSpec:
+        dtype = cls.dtype_of(item)
         return cls(dtype=dtype, shape=tuple(item.get("shape") or ()), min=item.get("Min"),
                    max=item.get("Max"), mean=item.get("Mean"), norm=item.get("Norm"),
                    min_finite=item.get("Min_except_inf_nan"), max_finite=item.get("Max_except_inf_nan"))
