@@ -37,19 +37,27 @@ def pytest_load_initial_conftests(early_config: Any, parser: Any, args: list) ->
     """As early as the options are known, before any conftest: a run with local xdist workers starts its fork
     server, which imports what every worker needs while the controller is still starting (:mod:`.forkserver`);
     this controller has imported pytest and its plugins, and so will the server that it forks from itself."""
-    if getattr(early_config.known_args_namespace, "msprobe_api_info", None):
-        _start_fork_server(early_config, early_config.known_args_namespace)
+    api_info = getattr(early_config.known_args_namespace, "msprobe_api_info", None)
+    if api_info:
+        _start_fork_server(early_config, early_config.known_args_namespace, before_fork=lambda: _read_ahead(api_info))
 
 
-def _start_fork_server(config: Any, option: Any, controller: bool = False) -> Any:
+def _read_ahead(api_info: Any) -> None:
+    """Before the controller forks its server: read the dumps, so that neither the server nor any worker
+    forked from it reads or scans them again (``generators.loader.read_ahead``)."""
+    from generators.loader import read_ahead
+    read_ahead(api_info)
+
+
+def _start_fork_server(config: Any, option: Any, controller: bool = False, before_fork: Any = None) -> Any:
     server = config.stash.get(FORK_SERVER_KEY, None)
     if server is None:
         from . import forkserver
-        server = forkserver.for_run(option, config.pluginmanager.rewrite_hook, controller)
+        server = forkserver.for_run(option, config.pluginmanager.rewrite_hook, controller, before_fork)
         if server is not None:
             config.stash[FORK_SERVER_KEY] = server
             from .session import CheckSession
-            server.send(list(CheckSession.ANY_RUN_MODULES))     # while the controller reads the dumps
+            server.send(list(CheckSession.ANY_RUN_MODULES))     # while the controller configures
     return server
 
 

@@ -372,6 +372,27 @@ def test_what_pytest_rewrites_is_not_preloaded():
 WORKERS = '''
 import json, os, sys
 
+import generators.jsonsafe as _jsonsafe
+
+_reads = []                     # the dump.json files this process reads after its conftest was imported
+_read_text = _jsonsafe.read_text
+
+
+def _counted(path, *args, **kwargs):
+    if os.path.basename(path) == "dump.json":
+        _reads.append(path)
+    return _read_text(path, *args, **kwargs)
+
+
+_jsonsafe.read_text = _counted
+
+
+def pytest_unconfigure(config):
+    wi = getattr(config, "workerinput", None)
+    name = wi["workerid"] if wi is not None else "controller"
+    with open(os.path.join(os.path.dirname(__file__), name + ".reads.json"), "w") as fh:
+        json.dump(_reads, fh)
+
 
 def pytest_configure(config):
     wi = getattr(config, "workerinput", None)
@@ -410,19 +431,30 @@ def _rows(out: Path) -> list:
     return rows
 
 
+def _reads(pytester) -> dict:
+    import json
+    return {name: json.loads((pytester.path / f"{name}.reads.json").read_text())
+            for name in ("controller", "gw0", "gw1")}
+
+
 def test_forked_workers_check_a_real_dump_as_fresh_workers_do(pytester):
     """The same outcomes and CSV rows with forked and with fresh workers; forked ones start with torch already
-    imported, both children of the one server, and pytest has no module it could not rewrite."""
+    imported, both children of the one server, and pytest has no module it could not rewrite. The controller
+    reads the dumps before it forks, and no process reads them again: fresh workers each read them all."""
     import json
     pytester.makeconftest(WORKERS)
     forked = _run(pytester, str(pytester.path / "forked"), fork=True)
     assert forked.returncode in (0, 1), forked.stdout + forked.stderr
+    assert _reads(pytester) == {"controller": [], "gw0": [], "gw1": []}
     info = [json.loads((pytester.path / f"gw{i}.json").read_text()) for i in (0, 1)]
     assert all(w["torch"] for w in info), info
     assert info[0]["ppid"] == info[1]["ppid"] != os.getpid(), info
     controller = json.loads((pytester.path / "controller.json").read_text())["pid"]
     assert all(w["grandparent"] == controller and not w["fresh_server"] for w in info), (controller, info)
     fresh = _run(pytester, str(pytester.path / "fresh"), fork=False)
+    dumps = len(list((DATA / "mlp_fp32_tensor_L1").rglob("dump.json")))
+    assert {name: len(paths) for name, paths in _reads(pytester).items()} == \
+        {"controller": dumps, "gw0": dumps, "gw1": dumps}
     info = [json.loads((pytester.path / f"gw{i}.json").read_text()) for i in (0, 1)]
     assert not any(w["torch"] for w in info), info
     assert fresh.returncode == forked.returncode
@@ -461,7 +493,7 @@ def test_a_controller_inside_a_program_that_imported_torch_gets_a_fresh_server(p
 
 def test_a_new_server_is_sent_numpy_before_the_dumps_are_read(monkeypatch):
     """numpy is what every check's workers import: the server gets it as it starts, and imports it while the
-    controller reads the dumps (torch follows once their framework is known)."""
+    controller configures (torch follows once the dumps' framework is known)."""
     import types
 
     from pytest_msprobe import plugin
@@ -473,7 +505,7 @@ def test_a_new_server_is_sent_numpy_before_the_dumps_are_read(monkeypatch):
         def send(self, modules):
             sent.append(list(modules))
 
-    monkeypatch.setattr(forkserver, "for_run", lambda option, hook, controller: Server())
+    monkeypatch.setattr(forkserver, "for_run", lambda option, hook, controller, before_fork=None: Server())
     config = types.SimpleNamespace(stash=pytest.Stash(), pluginmanager=types.SimpleNamespace(rewrite_hook=None))
     server = plugin._start_fork_server(config, argparse.Namespace())
     assert isinstance(server, Server) and sent == [list(CheckSession.ANY_RUN_MODULES)] == [["numpy"]]

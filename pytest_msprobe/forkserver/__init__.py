@@ -11,15 +11,16 @@ __all__ = ["ENV_SWITCH", "ForkServer", "available", "for_run", "loaded_modules",
            "wanted"]
 
 
-def for_run(option: object, rewrite_hook: object, controller: bool = False) -> ForkServer | None:
+def for_run(option: object, rewrite_hook: object, controller: bool = False,
+            before_fork: object = None) -> ForkServer | None:
     """The server of a run with these options (:func:`wanted`). Asked as soon as pytest has read the options
     (``controller`` False), the controller forks itself into the server, which then has pytest and every plugin
-    imported already (:meth:`ForkServer.fork`); where it cannot, or asked later, the server is a fresh
-    interpreter that imports pytest's modules again (:meth:`ForkServer.start`)."""
+    imported already, and whatever ``before_fork()`` left (:meth:`ForkServer.fork`); where it cannot, or asked
+    later, the server is a fresh interpreter that imports pytest's modules again (:meth:`ForkServer.start`)."""
     if not wanted(option, controller):
         return None
     if not controller:
-        server = ForkServer.fork(rewrite_hook)
+        server = ForkServer.fork(rewrite_hook, before_fork)
         if server is not None:
             return server
     return ForkServer.start(loaded_modules(), rewrite_hook)

@@ -6,7 +6,8 @@ then run the calls. A run's controller instead starts one *fork server* as early
 imports all of that once (without running anything) and forks a worker for each gateway xdist opens.
 
 How the server starts: as soon as pytest has read the options, the controller forks itself
-(:meth:`ForkServer.fork`). It has imported pytest and every plugin by then, their modules rewritten for
+(:meth:`ForkServer.fork`), after what its caller does first (``before_fork``: the plugin reads the dumps, which
+the server and its workers then have too). It has imported pytest and every plugin by then, their modules rewritten for
 assertions as each worker's own rewriter would, so the server has them too and a worker only configures and
 collects. The child drops what a fresh interpreter would not have (the controller's files and streams,
 pytest's rewriter), imports numpy and torch once the controller
@@ -161,14 +162,23 @@ class ForkServer:
         return server
 
     @classmethod
-    def fork(cls, rewrite_hook: object = None) -> ForkServer | None:
+    def fork(cls, rewrite_hook: object = None, before_fork: object = None) -> ForkServer | None:
         """Become a server by forking this process, a pytest controller that has just read its options: the
         server starts with everything the controller has imported (pytest, its plugins, their modules rewritten
         for assertions as a worker's own rewriter would) and none of what it has done since, which a fresh
-        interpreter would spend a few tenths of a second importing again. None where this process cannot fork
-        safely (:func:`unforkable`): the run starts a fresh one."""
+        interpreter would spend a few tenths of a second importing again. ``before_fork()``, when given, runs
+        first, once it is known that this process can fork: what it leaves in memory every worker has too
+        (it must start no thread; what it raises is ignored). None where this process cannot fork safely
+        (:func:`unforkable`): the run starts a fresh one."""
         if unforkable():
             return None
+        if before_fork is not None:
+            try:
+                before_fork()
+            except Exception:  # noqa: BLE001 - only a head start: the run does the same work later
+                pass
+            if unforkable():            # it started a thread after all: not safe now
+                return None
         made = _listening()
         if made is None:
             return None
