@@ -71,7 +71,9 @@ worker 5.05 s at best (runs 5.05-6.50 s); the first item starts after 2.00 s (ta
 of the rounds 0.76x; small dumps 1.06x; 176 MB dump.json 4.3 s, 476 MiB; statistics first step 1.40x, steady
 1.60x; tensor steady 2.39x. Three runs of the checker figures alone that day: one worker 5.34, 4.57 and 4.07 s
 at best (``import torch`` 1.59, 1.33 and 1.36 s), ``-n 2`` 0.80x, 0.86x and 0.76x (best to best 0.73x, 0.74x
-and 0.80x), small dumps 1.04x, 1.05x and 1.06x. The peak RSS printed for ``-n 2`` is that of the run's largest
+and 0.80x), small dumps 1.04x, 1.05x and 1.06x. A fourth, after the controller began reading the dumps before
+it forks (no worker reads them again), came in a throttled phase (one worker's runs 5.56-9.47 s, 8.8 s of
+CPU): ``-n 2`` 0.69x, small dumps 1.08x. The peak RSS printed for ``-n 2`` is that of the run's largest
 process (a worker).
 
 Where ``-n 2`` spends what one worker does not (CPU): the controller forks itself into the fork server as soon
