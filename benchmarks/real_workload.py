@@ -73,8 +73,11 @@ of the rounds 0.76x; small dumps 1.06x; 176 MB dump.json 4.3 s, 476 MiB; statist
 at best (``import torch`` 1.59, 1.33 and 1.36 s), ``-n 2`` 0.80x, 0.86x and 0.76x (best to best 0.73x, 0.74x
 and 0.80x), small dumps 1.04x, 1.05x and 1.06x. A fourth, after the controller began reading the dumps before
 it forks (no worker reads them again), came in a throttled phase (one worker's runs 5.56-9.47 s, 8.8 s of
-CPU): ``-n 2`` 0.69x, small dumps 1.08x. The peak RSS printed for ``-n 2`` is that of the run's largest
-process (a worker).
+CPU): ``-n 2`` 0.69x, small dumps 1.08x; and a full run after it, throttled too (one worker 5.73-8.81 s, 7.3 s of
+CPU; ``import torch`` 1.31 s, timed alone at a quicker moment): one worker 5.73 s at best, first item 2.28 s
+(target 1.81 s), ``-n 2`` 0.76x, small dumps 0.99x (best to best 1.10x), 176 MB dump.json 5.8 s, 476 MiB,
+statistics first step 1.50x, steady 1.56x, tensor steady 2.18x. The peak RSS printed for ``-n 2`` is that of
+the run's largest process (a worker).
 
 Where ``-n 2`` spends what one worker does not (CPU): the controller forks itself into the fork server as soon
 as pytest has read the options, so the server starts with pytest and every plugin imported (rewritten for
