@@ -51,6 +51,11 @@ class ApiCase:
         """The dump's own name of the call (``name`` without a source label)."""
         return self.name.split(SOURCE_SEPARATOR)[-1]
 
+    def peek(self) -> ApiCase:
+        """The case with its entries, for a look that keeps nothing parsed here (a process that only measures
+        calls: the controller working out their costs); this one's entries are parsed already."""
+        return self
+
 
 @dataclass
 class DumpSet:
@@ -112,6 +117,18 @@ class _LazyCase(ApiCase):
             self._parts = {"forward": call.forward if isinstance(call.forward, dict) else None,
                            "backward": call.backward if isinstance(call.backward, dict) else None}
         return self._parts
+
+    def peek(self) -> ApiCase:
+        """A copy of this case with its entries parsed, checked as :meth:`_parsed` checks them, while this
+        case keeps only their spans: the parsed entries go with the copy."""
+        if self._parts is not None:
+            return self
+        import copy
+        call = copy.copy(self._call)
+        view = copy.copy(self)
+        view._call, view._parts = call, None
+        view._parsed()
+        return view
 
     def _checked(self) -> dict:
         if self._checks is None:

@@ -125,12 +125,14 @@ class CheckSession:
     def call_costs(self, node_id: Any) -> dict:
         """File node id (``node_id(path)``) -> the cost of each of its calls in dump order
         (:func:`.select.call_cost`): worked out once on the controller of a run with xdist workers, which
-        then order their calls by it without parsing the entries of calls they do not run."""
+        then order their calls by it without parsing the entries of calls they do not run. The entries parsed
+        here are not kept: this process runs none of the calls."""
         from generators.jsonsafe import paused_gc
 
         from .select import call_cost
         with paused_gc():
-            return {node_id(path): [call_cost(case) for case in self.cases_of(path)] for path in self.dump_paths}
+            return {node_id(path): [call_cost(case.peek()) for case in self.cases_of(path)]    # nothing kept
+                    for path in self.dump_paths}
 
     def import_call_modules(self, rewrite_hook: Any) -> None:
         """Import what this process's calls need (:meth:`worker_modules`) with pytest's assertion rewriter

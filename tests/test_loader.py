@@ -369,3 +369,20 @@ def test_a_dump_that_cannot_be_read_ahead_is_left_to_the_load_that_reports_it(tm
     assert loader.read_ahead(str(tmp_path)) == 0 and not loader._READ_AHEAD
     with pytest.raises(DumpError, match="dump.json"):
         load_dump(tmp_path)
+
+
+def test_a_peek_parses_a_copy_of_a_case_and_leaves_the_case_unparsed(tmp_path):
+    from generators.loader import load_dump_file
+    path = write_dump(tmp_path, {
+        "Torch.relu.0.forward": {"input_args": [t(shape=(4, 5))], "output": [t(shape=(4, 5))]},
+        "Torch.relu.0.backward": {"input": [t(shape=(4, 5))], "output": [t(shape=(4, 5))]},
+        "Torch.relu.1.forward": {"input_args": [{"type": "torch.Tensor", "dtype": "torch.float32"}],
+                                 "output": []}})
+    cases, _ = load_dump_file(str(path))
+    views = [case.peek() for case in cases]
+    assert all(case._parts is None for case in cases)          # nothing parsed is kept on the cases
+    assert views[0].forward["input_args"][0]["shape"] == [4, 5] and views[0].backward["input"]
+    for view, case in zip(views, cases):
+        assert view is not case
+        assert (view.forward, view.backward, view.problem) == (case.forward, case.backward, case.problem)
+    assert cases[0].peek() is cases[0]                         # parsed by now: the case itself
