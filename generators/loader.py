@@ -7,6 +7,7 @@ entry never costs the rest of the dump. Module/Cell entries are not API calls an
 """
 from __future__ import annotations
 
+import copy
 import os
 import re
 from collections.abc import Sequence
@@ -123,7 +124,6 @@ class _LazyCase(ApiCase):
         case keeps only their spans: the parsed entries go with the copy."""
         if self._parts is not None:
             return self
-        import copy
         call = copy.copy(self._call)
         view = copy.copy(self)
         view._call, view._parts = call, None
