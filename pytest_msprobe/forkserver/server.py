@@ -462,7 +462,7 @@ def _read_line(fd: int, buf: bytearray) -> bytes | None:
     return line
 
 
-def serve(fd: int, done: int = -1) -> None:
+def serve(fd: int, done: int) -> None:
     """The fork server (this file run by :meth:`ForkServer.start`); ends the process when done, without
     tearing down what it imported (nothing of it needs saving), closing ``done`` last: the controller then
     knows it has finished (:meth:`ForkServer.close`)."""
@@ -472,7 +472,7 @@ def serve(fd: int, done: int = -1) -> None:
     try:
         with socket.socket(fileno=os.dup(fd)) as named:
             directory = os.path.dirname(named.getsockname())
-        _serve(fd, () if done < 0 else (done,))
+        _serve(fd, (done,))
         _remove(directory)          # the controller closed its pipe, or died: nothing of the run is left here
     except BaseException:  # noqa: BLE001 - reported through the log (kept for the controller); clients fall back
         import traceback
@@ -480,12 +480,11 @@ def serve(fd: int, done: int = -1) -> None:
         status = 1
     finally:
         sys.stderr.flush()
-        if done >= 0:
-            os.close(done)
+        os.close(done)
         os._exit(status)
 
 
-def _serve(fd: int, private: tuple = ()) -> None:
+def _serve(fd: int, private: tuple) -> None:
     import gc
     import threading
     listener = socket.socket(fileno=fd)
