@@ -17,7 +17,7 @@ import pytest
 
 
 from . import hookspec
-from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, is_api_item, node_path, settle
+from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, freeze_long_lived, is_api_item, node_path, settle
 from .settings import Settings, add_options
 
 CONTROLLER_KEY = pytest.StashKey["Any"]()
@@ -140,6 +140,8 @@ def pytest_configure(config: Any) -> None:
                                                                              costs))
         config.stash[CONTROLLER_KEY] = controller
         config.pluginmanager.register(controller, NAME)
+        if workers_run_calls(config):   # a controller: what it has made so far lives to its end, and the full
+            freeze_long_lived(config)   # passes at its end (pytest's among them) come after the last worker
 
 
 def _narrowed(config: Any, plan: Any) -> bool:

@@ -138,9 +138,13 @@ class CheckSession:
         """Import what this process's calls need (:meth:`worker_modules`) with pytest's assertion rewriter
         (``rewrite_hook``, first in ``sys.meta_path``) set aside: it rewrites only test files and plugins, and
         asking it about each of torch's thousand modules costs about 50 ms. A fork server imports them without
-        it too; a forked worker has them already."""
+        it too; a forked worker has them already. Automatic garbage collection is paused meanwhile (as in the
+        server): torch's objects live to the end and hold no garbage, and the full passes their number triggers
+        would walk them all, about 150 ms before the first call."""
         import importlib
         import sys
+
+        from generators.jsonsafe import paused_gc
         names = [n for n in self.worker_modules() if n not in sys.modules]
         if not names:
             return
@@ -148,11 +152,12 @@ class CheckSession:
         if at is not None:
             sys.meta_path.pop(at)
         try:
-            for name in names:
-                try:
-                    importlib.import_module(name)
-                except ImportError:
-                    pass                # the backend reports what is missing, as without this
+            with paused_gc():
+                for name in names:
+                    try:
+                        importlib.import_module(name)
+                    except ImportError:
+                        pass            # the backend reports what is missing, as without this
         finally:
             if at is not None and rewrite_hook not in sys.meta_path:
                 sys.meta_path.insert(min(at, len(sys.meta_path)), rewrite_hook)

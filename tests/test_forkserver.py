@@ -360,6 +360,19 @@ def test_only_plain_local_specs_are_adopted(server):
     assert server.command() in (specs[0].python, specs[1].python)
 
 
+def test_the_server_imports_with_automatic_collection_paused(tmp_path, monkeypatch):
+    """torch's import makes a few hundred thousand long-lived objects and no garbage: no full pass walks them
+    while the server imports (each would delay the first fork); collection is back on afterwards."""
+    import gc
+    (tmp_path / "probe_gc_at_import.py").write_text("import gc\nENABLED = gc.isenabled()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert gc.isenabled()
+    forkserver.server._preload(["probe_gc_at_import", "no_such_module_here"])
+    assert sys.modules["probe_gc_at_import"].ENABLED is False
+    assert gc.isenabled()
+    del sys.modules["probe_gc_at_import"]
+
+
 def test_what_pytest_rewrites_is_not_preloaded():
     class Hook:
         _must_rewrite = {"pytest_msprobe", "xdist"}
@@ -392,6 +405,13 @@ def pytest_unconfigure(config):
     name = wi["workerid"] if wi is not None else "controller"
     with open(os.path.join(os.path.dirname(__file__), name + ".reads.json"), "w") as fh:
         json.dump(_reads, fh)
+
+
+def pytest_sessionstart(session):
+    if getattr(session.config, "workerinput", None) is None:     # the controller, once its plugin configured
+        import gc
+        with open(os.path.join(os.path.dirname(__file__), "controller.frozen.json"), "w") as fh:
+            json.dump(gc.get_freeze_count(), fh)
 
 
 def pytest_configure(config):
@@ -440,12 +460,15 @@ def _reads(pytester) -> dict:
 def test_forked_workers_check_a_real_dump_as_fresh_workers_do(pytester):
     """The same outcomes and CSV rows with forked and with fresh workers; forked ones start with torch already
     imported, both children of the one server, and pytest has no module it could not rewrite. The controller
-    reads the dumps before it forks, and no process reads them again: fresh workers each read them all."""
+    reads the dumps before it forks, and no process reads them again: fresh workers each read them all. The
+    controller, which runs no call, has frozen what it made before the workers start (its final collections
+    do not walk it)."""
     import json
     pytester.makeconftest(WORKERS)
     forked = _run(pytester, str(pytester.path / "forked"), fork=True)
     assert forked.returncode in (0, 1), forked.stdout + forked.stderr
     assert _reads(pytester) == {"controller": [], "gw0": [], "gw1": []}
+    assert json.loads((pytester.path / "controller.frozen.json").read_text()) > 10_000
     info = [json.loads((pytester.path / f"gw{i}.json").read_text()) for i in (0, 1)]
     assert all(w["torch"] for w in info), info
     assert info[0]["ppid"] == info[1]["ppid"] != os.getpid(), info

@@ -142,23 +142,38 @@ def find_spec(name, *args, **kwargs):
 
 HOOK.find_spec = find_spec
 BEFORE = "torch" in sys.modules
+GC_AT_TORCH = []
+
+
+class WatchTorch:             # asked about torch once its import starts: is automatic collection on then?
+    def find_spec(self, name, *args, **kwargs):
+        if name == "torch":
+            import gc
+            GC_AT_TORCH.append(gc.isenabled())
+        return None
+
+
+sys.meta_path.insert(1, WatchTorch())
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
     print("REWRITER", json.dumps({"before": BEFORE, "torch": "torch" in sys.modules, "first": sys.meta_path[0] is HOOK,
-                                  "asked_torch": sum(n.partition(".")[0] == "torch" for n in ASKED)}))
+                                  "asked_torch": sum(n.partition(".")[0] == "torch" for n in ASKED),
+                                  "gc_at_torch": GC_AT_TORCH, "gc_after": __import__("gc").isenabled()}))
 '''
 
 
 def test_the_calls_modules_are_imported_without_pytests_rewriter(project):
     """torch's thousand modules are no test files nor plugins: pytest's assertion rewriter is not asked about
-    them (about 50 ms), and it is back in its place afterwards."""
+    them (about 50 ms), and it is back in its place afterwards. Automatic garbage collection is paused while
+    they are imported (their objects live to the end) and on again afterwards."""
     project.makeconftest(WATCH_REWRITER)
     res = project.runpytest_subprocess("--msprobe-api-info", "dump", "-p", "no:randomly", "-s")
     assert res.ret == 0, res.stdout.str()
     line = next(x for x in res.stdout.lines if x.startswith("REWRITER"))
-    assert json.loads(line.split(" ", 1)[1]) == {"before": False, "torch": True, "first": True, "asked_torch": 0}
+    assert json.loads(line.split(" ", 1)[1]) == {"before": False, "torch": True, "first": True, "asked_torch": 0,
+                                                 "gc_at_torch": [False], "gc_after": True}
 
 
 def test_options_in_help_and_ini(pytester):
