@@ -80,6 +80,20 @@ statistics first step 1.50x, steady 1.56x, tensor steady 2.18x; then the checker
 5.44-8.23 s, 6.5 s of CPU): one worker 5.44 s, first item 1.74 s (target 1.79 s), ``-n 2`` 0.79x, small
 dumps 1.07x. The peak RSS printed for ``-n 2`` is that of the run's largest process (a worker).
 
+On a quicker machine the next session (an AMD EPYC; loop 0.115-0.128 s, ``import torch`` 0.91-1.11 s), before
+and after numpy and torch were imported with automatic garbage collection paused (three full passes, about
+150 ms, on the way to the first call in both modes) and the controller froze what it made before its workers
+start (its final passes, after the last worker, walked it: about 80 ms): one worker 3.22 s / 3.18, 3.26 and
+3.33 s at best; first item 1.19 s / 1.13 s (targets 1.41-1.61 s); ``-n 2`` median of the rounds 0.89x / 0.84x,
+0.87x and 0.87x (best to best 0.83x / 0.84x, 0.85x, 0.86x); small dumps 1.10x / 1.05x and 1.02x; 176 MB
+dump.json 3.3 s / 3.6 s, 476 MiB; statistics first step 1.31x / 1.37x, steady 1.35x / 1.50x; tensor steady
+2.74x / 2.41x. With the calls this quick (1.9 s in one worker) the fixed costs of a second worker weigh more
+than on the slower days (0.69-0.86x): from the server's torch import to the first call a forked worker needs
+0.08-0.13 s (its pytest configuration, 60 ms of it, and collection), and the second starts 30-40 ms after the
+first (xdist makes its gateways one after the other); the calls take 11-14 % more CPU beside each other than
+alone, and xdist's six messages an item cost the controller about 1 ms of CPU an item (0.6 ms of it in
+execnet's receiving threads) and each worker 0.3-0.4 ms, on the same two cores.
+
 Where ``-n 2`` spends what one worker does not (CPU): the controller forks itself into the fork server as soon
 as pytest has read the options, so the server starts with pytest and every plugin imported (rewritten for
 assertions as a worker's pytest would have them), imports numpy at once and torch when the dumps' framework
