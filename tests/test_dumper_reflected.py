@@ -151,30 +151,26 @@ def test_gpt2_step_is_named_as_msprobe_26_2_names_it(gpt2):
         assert _layout(ours[key]) == _layout(entry), key             # argument layout, dtypes, shapes, values
 
 
-def _same_statistics(pairs) -> int:
-    """Assert each (msprobe's, ours) tensor statistics pair equal: Max and Min exactly (the same tensor on the
-    same machine), Norm and Mean up to the rounding of two float32 summations; how many were compared."""
+def _same_statistics(gpt2, keys) -> int:
+    """Assert the statistics of every tensor of these entries equal, msprobe's and ours: Max and Min exactly (the
+    same tensor on the same machine), Norm and Mean up to the rounding of two float32 summations; how many."""
     eps = torch.finfo(torch.float32).eps
     compared = 0
-    for key, path, a, b in pairs:
-        n = math.prod(a["shape"]) if a["shape"] else 1
-        assert (a["Max"], a["Min"]) == (b["Max"], b["Min"]), (key, path)
-        compared += 1
-        if a["Norm"] is None:
-            assert b["Norm"] is None and a["Mean"] == b["Mean"], (key, path)
-            continue
-        # two float32 summations of n terms differ by at most 2 n eps of the sum of magnitudes
-        # (Norm: of the sum of squares; Mean: sum |x| <= sqrt(n) Norm), plus the final roundings
-        assert abs(a["Norm"] - b["Norm"]) <= (2 * n + 1) * eps * a["Norm"], (key, path)
-        assert abs(a["Mean"] - b["Mean"]) <= 2 * eps * math.sqrt(n) * a["Norm"] + eps * abs(a["Mean"]), \
-            (key, path)
-    return compared
-
-
-def _pairs(gpt2, keys):
     for key in keys:
         for (path, a), (_, b) in zip(_tensors(gpt2["theirs"][key]), _tensors(gpt2["ours"][key])):
-            yield key, path, a, b
+            n = math.prod(a["shape"]) if a["shape"] else 1
+            assert (a["Max"], a["Min"]) == (b["Max"], b["Min"]), (key, path)
+            compared += 1
+            if a["Norm"] is None:
+                assert b["Norm"] is None and a["Mean"] == b["Mean"], (key, path)
+                continue
+            # two float32 summations of n terms differ by at most 2 n eps of the sum of magnitudes
+            # (Norm: of the sum of squares; Mean: sum |x| <= sqrt(n) Norm), plus the final roundings
+            assert abs(a["Norm"] - b["Norm"]) <= (2 * n + 1) * eps * a["Norm"], (key, path)
+            assert abs(a["Mean"] - b["Mean"]) <= 2 * eps * math.sqrt(n) * a["Norm"] + eps * abs(a["Mean"]), \
+                (key, path)
+    assert compared == sum(len(list(_tensors(gpt2["theirs"][k]))) for k in keys)     # every tensor of them
+    return compared
 
 
 def _phases(gpt2) -> tuple:
@@ -193,8 +189,7 @@ def test_gpt2_forward_statistics_equal_msprobe_26_2s(gpt2):
                     f"(loss {gpt2['loss']!r} vs {gpt2['ref_loss']!r}): statistics cannot be compared value "
                     f"for value; the names are compared by the test above")
     forward, _ = _phases(gpt2)
-    assert _same_statistics(_pairs(gpt2, forward)) == sum(len(list(_tensors(gpt2["theirs"][k]))) for k in forward) \
-        > 150
+    assert _same_statistics(gpt2, forward) > 150
 
 
 def test_gpt2_backward_and_optimizer_statistics_equal_msprobe_26_2s(gpt2):
@@ -211,7 +206,7 @@ def test_gpt2_backward_and_optimizer_statistics_equal_msprobe_26_2s(gpt2):
                     "on (its updated parameters differ from those msprobe recorded): backward and optimizer "
                     "statistics cannot be compared value for value; the forward ones are, by the test above")
     _, rest = _phases(gpt2)
-    assert _same_statistics(_pairs(gpt2, rest)) == sum(len(list(_tensors(gpt2["theirs"][k]))) for k in rest) > 700
+    assert _same_statistics(gpt2, rest) > 700
 
 
 def test_python_operators_are_named_as_msprobe_26_2_names_them(tmp_path):
