@@ -151,15 +151,20 @@ def test_gpt2_step_is_named_as_msprobe_26_2_names_it(gpt2):
         assert _layout(ours[key]) == _layout(entry), key             # argument layout, dtypes, shapes, values
 
 
-def _same_statistics(gpt2, keys) -> int:
+def _same_statistics(gpt2, keys, roundings: int = 0) -> int:
     """Assert the statistics of every tensor of these entries equal, msprobe's and ours: Max and Min exactly (the
-    same tensor on the same machine), Norm and Mean up to the rounding of two float32 summations; how many."""
+    same tensor on the same machine) or, with ``roundings``, within that many float32 roundings of the tensor's
+    magnitude; Norm and Mean up to the rounding of two float32 summations; how many."""
     eps = torch.finfo(torch.float32).eps
     compared = 0
     for key in keys:
         for (path, a), (_, b) in zip(_tensors(gpt2["theirs"][key]), _tensors(gpt2["ours"][key])):
             n = math.prod(a["shape"]) if a["shape"] else 1
-            assert (a["Max"], a["Min"]) == (b["Max"], b["Min"]), (key, path)
+            if roundings and isinstance(a["Max"], float) and isinstance(a["Min"], float):
+                tol = roundings * eps * max(abs(a["Max"]), abs(a["Min"]))
+                assert abs(a["Max"] - b["Max"]) <= tol and abs(a["Min"] - b["Min"]) <= tol, (key, path)
+            else:
+                assert (a["Max"], a["Min"]) == (b["Max"], b["Min"]), (key, path)
             compared += 1
             if a["Norm"] is None:
                 assert b["Norm"] is None and a["Mean"] == b["Mean"], (key, path)
@@ -183,13 +188,20 @@ def _phases(gpt2) -> tuple:
 
 def test_gpt2_forward_statistics_equal_msprobe_26_2s(gpt2):
     """Where this CPU computes the forward pass as the machine of msprobe's reference did (the same loss, bit
-    for bit), every statistic of the forward calls is msprobe's."""
+    for bit), every statistic of the forward calls is msprobe's: Max and Min exactly where this CPU rounds every
+    forward tensor as that machine did. A CPU whose fp32 GEMMs and reductions sum in another order (seen on an
+    AVX2-only CPU: the same loss, a residual sum one rounding apart at its minimum) rounds some tensors otherwise;
+    there Max and Min are compared within the rounding of the longest reduction of the forward pass (2k
+    roundings of the tensor's magnitude, k the MLP's inner width), far below any other tensor's difference."""
     if gpt2["loss"] != gpt2["ref_loss"]:
         pytest.skip(f"this CPU computes the step differently from the one msprobe's reference was made on "
                     f"(loss {gpt2['loss']!r} vs {gpt2['ref_loss']!r}): statistics cannot be compared value "
                     f"for value; the names are compared by the test above")
     forward, _ = _phases(gpt2)
-    assert _same_statistics(gpt2, forward) > 150
+    rounded_alike = all((a["Max"], a["Min"]) == (b["Max"], b["Min"]) for key in forward
+                        for (_, a), (_, b) in zip(_tensors(gpt2["theirs"][key]), _tensors(gpt2["ours"][key])))
+    roundings = 0 if rounded_alike else 2 * zoo.GPT2_INNER
+    assert _same_statistics(gpt2, forward, roundings) > 150
 
 
 def test_gpt2_backward_and_optimizer_statistics_equal_msprobe_26_2s(gpt2):

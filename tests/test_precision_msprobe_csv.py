@@ -71,7 +71,12 @@ def _run_side(entry, back, tensor_dir, raise_to, prefix, api):
     return out.detach() if isinstance(out, torch.Tensor) else out, grads
 
 
-DIFFERENT_KERNEL: list = []
+DIFFERENT_KERNEL: list = []       # (call, its largest difference in float32 ulps of the tensor's magnitude)
+
+
+def _differs(name, mine, recorded):
+    """Record a device result this CPU computes otherwise than the dumping machine did, and how far apart."""
+    DIFFERENT_KERNEL.append((name, _ulps(mine, recorded)))
 
 
 def _recompute(data_dir):
@@ -89,17 +94,56 @@ def _recompute(data_dir):
         d_out, d_grads = _run_side(entry, back, tensor_dir, None, prefix, api)
         dumped = _load_value(entry["output"][0], tensor_dir, None)
         if isinstance(d_out, torch.Tensor) and not torch.equal(d_out, dumped):
-            # fp32 kernels differ between CPUs (e.g. linear's GEMM); msprobe ran on the dumping machine,
-            # where the device result is the dumped output
-            DIFFERENT_KERNEL.append(call)
+            # fp32 kernels differ between CPUs (linear's GEMM, the vectorised gelu and softmax); msprobe ran on
+            # the dumping machine, where the device result is the dumped output
+            _differs(call, d_out, dumped)
             d_out = dumped
         for r in compare_outputs(api, partial(output_row_name, call, "forward"), b_out, d_out, version="26.2"):
             rows[r.name] = r
         if b_grads is not None:
+            d_grads = _dumped_grads(call, d_grads, back, tensor_dir)
             backward = partial(output_row_name, call, "backward")
             for r in compare_outputs(api, backward, list(b_grads), list(d_grads), version="26.2"):
                 rows[r.name] = r
     return rows
+
+
+def _ulps(mine, recorded):
+    """How far apart two results are, in units of the last place of the recorded tensor's largest magnitude."""
+    scale = float(recorded.abs().max()) or 1.0
+    return float((mine.double() - recorded.double()).abs().max()) / (scale * torch.finfo(recorded.dtype).eps)
+
+
+ROUNDINGS = 64      # k-term fp32 reductions in another order differ by at most 2k roundings; k <= 32 here
+
+
+def _dumped_grads(call, grads, back, tensor_dir):
+    """The device's input gradients as the dumping machine computed them, where this CPU's round otherwise: fp32
+    backward kernels (softmax's row sums, GEMMs) reduce in another order on other CPUs, and msprobe ran where the
+    recorded gradients are the device's. The backward entry lists the gradients of the call's last autograd
+    node, not always the arguments' nor in their order (``linear``: bias, input, weight transposed;
+    ``cross_entropy``: an inner step's): argument ``i`` takes the recorded gradient of its shape (or, for a
+    matrix, its transposed shape) nearest to it, when that one is within :data:`ROUNDINGS` of it."""
+    recorded = [_load_value(g, tensor_dir, None) for g in back["output"]]
+    used: set = set()
+    out = list(grads)
+    for i, grad in enumerate(grads):
+        if not isinstance(grad, torch.Tensor):
+            continue
+        fits = [(_ulps(grad, r if r.shape == grad.shape else r.t()), k, r if r.shape == grad.shape else r.t())
+                for k, r in enumerate(recorded)
+                if k not in used and isinstance(r, torch.Tensor) and r.dtype == grad.dtype
+                and (r.shape == grad.shape or (r.dim() == 2 and r.t().shape == grad.shape))]
+        if not fits:
+            continue
+        ulps, k, r = min(fits, key=lambda f: f[0])
+        if ulps > ROUNDINGS:
+            continue                # not this argument's gradient (an inner step's): this CPU's stands
+        used.add(k)
+        if ulps > 0:
+            DIFFERENT_KERNEL.append((call + ".backward", ulps))
+            out[i] = r.contiguous()
+    return out
 
 
 def _csv_rows(data_dir):
@@ -130,7 +174,10 @@ def recomputed():
 def test_every_details_row_matches_msprobe(data_dir, recomputed):
     theirs = _csv_rows(data_dir)
     assert len(theirs) == len(recomputed) > 20
-    assert len(DIFFERENT_KERNEL) <= 2, DIFFERENT_KERNEL
+    # where this CPU's fp32 kernels round otherwise than the dumping machine's (reduction order, vectorised
+    # approximations of exp and erf), each result is still the same computation: a few roundings of its
+    # magnitude apart, never a different result
+    assert all(ulps <= ROUNDINGS for _, ulps in DIFFERENT_KERNEL), DIFFERENT_KERNEL
     exact = 0
     for row in theirs:
         name = row[0]

@@ -70,11 +70,15 @@ def llama() -> tuple:
     return LlamaForCausalLM(cfg), _lm_batch(), _hf_loss
 
 
+GPT2_EMBD = 32
+GPT2_INNER = 4 * GPT2_EMBD      # GPT2Config's default MLP width: the longest reduction of its forward pass
+
+
 def gpt2() -> tuple:
     """GPT-2 (Conv1D projections, NewGELU written with Python scalars, learned positions), dropout 0."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
+    cfg = GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=GPT2_EMBD, n_layer=2, n_head=2, resid_pdrop=0.0,
                      embd_pdrop=0.0, attn_pdrop=0.0)
     return GPT2LMHeadModel(cfg), _lm_batch(), _hf_loss
 
