@@ -8,9 +8,13 @@ sequence 256, batch 1, bfloat16, AdamW, one CPU thread. Printed:
   caches and lazy imports are paid as a user who dumps one step pays them) and the steady dumped step, for the
   L1 statistics and L1 tensor tasks; the bytes the statistics reduce per step and the rate, beside this
   machine's measured memory read bandwidth (the floor of any one-pass reduction);
+* this CPU's torch kernels (``AVX2``, ``AVX512``), its native bf16 instructions, and one bf16 matrix product of
+  the model against fp32: the calls run in their dumped dtype, and without fast bf16 they are the check's time;
 * checker, on the bf16 tensor dump of one step: ``import torch`` alone, time until the first item starts (the
   start-up; also when its report comes, the first call's compute included), the whole run end to end with one
   worker and with ``-n 2``, and peak RSS;
+* the checker's cost per call where the calls compute next to nothing: 1000 elementwise calls of a statistics
+  dump, one worker, with pytest's logging plugin and without it;
 * collection of a synthetic statistics dump.json of about 200 MB (119 k API calls): wall time and peak RSS of
   ``pytest --collect-only``.
 
@@ -93,6 +97,17 @@ than on the slower days (0.69-0.86x): from the server's torch import to the firs
 first (xdist makes its gateways one after the other); the calls take 11-14 % more CPU beside each other than
 alone, and xdist's six messages an item cost the controller about 1 ms of CPU an item (0.6 ms of it in
 execnet's receiving threads) and each worker 0.3-0.4 ms, on the same two cores.
+
+The session after, on a 2-core AMD EPYC with AVX2 only (Zen 2; loop 0.24 s): torch has no fast bf16 matrix
+product there, so the calls are the run. [256, 768] @ [768, 2048] takes 2.7 s in bf16 against 11 ms in fp32, the
+bare training step 11.9-12.1 s, and the check of the dump 16.4 s with one worker (its 15 ``linear``
+calls about 12 s, the largest 3.1 s); ``-n 2`` median of the rounds 0.58x (fresh workers 0.62x), first
+item 1.56 s (target 1.79 s), small dumps 1.02x (0.99x in a run of the checker figures alone), 176 MB dump.json
+5.8 s, 476 MiB; statistics first step 1.01x, steady 1.01x; tensor first step 1.12x, steady 1.05x (the
+dumper's own cost a few tenths of a second beside a 12 s step). 1000 tiny calls: 2.67 ms a call with one
+worker, 2.12 ms with ``-p no:logging``. Sending a worker's six messages of an item to the controller as one
+(xdist's events batched, both sides) saved under 1 % of the CPU of a ``-n 2`` run of the small dumps
+(3.26 against 3.28 s), so xdist's protocol is left as it is.
 
 Where ``-n 2`` spends what one worker does not (CPU): the controller forks itself into the fork server as soon
 as pytest has read the options, so the server starts with pytest and every plugin imported (rewritten for
@@ -340,6 +355,86 @@ def import_torch_s() -> float:
     return min(float(_python(code)) for _ in range(3))
 
 
+GEMM_CODE = """
+import json, time, torch
+torch.set_num_threads(1)
+def best(f, n=3):
+    f()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter(); f(); times.append(time.perf_counter() - t0)
+    return min(times)
+out = {}
+g, w = torch.randn(256, 768), torch.randn(768, 2048)
+for name, dt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+    a, b = g.to(dt), w.to(dt)
+    out[name] = best(lambda: a @ b)
+    at, bt = a.t().contiguous().t(), b.t().contiguous().t()     # the same matrices, stored column-major
+    out[name + "_t"] = best(lambda: at @ bt)
+out["capability"] = torch.backends.cpu.get_cpu_capability()
+print(json.dumps(out))
+"""
+
+
+def cpu_bf16_flags() -> list:
+    """The CPU's native bf16 instructions (Linux ``/proc/cpuinfo``): none on CPUs without AVX512-BF16 or AMX."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return sorted(f for f in line.split(":", 1)[1].split() if "bf16" in f)
+    except OSError:
+        pass
+    return []
+
+
+def gemm_figures() -> None:
+    """How fast this CPU's torch runs the dump's bf16 matrix products, beside fp32: the replayed calls run in
+    their dumped dtype, so a CPU whose torch has no fast bf16 kernel (no AVX512-BF16 or AMX) spends most of a
+    bf16 check in them, whatever the checker around them costs."""
+    out = json.loads(_python(GEMM_CODE))
+    flags = cpu_bf16_flags()
+    print(f"torch's CPU kernels: {out['capability']}, native bf16 instructions: {', '.join(flags) or 'none'}; "
+          f"[256, 768] @ [768, 2048] (the MLP down projection's input gradient) takes {out['bf16'] * 1e3:.1f} ms "
+          f"in bf16 against {out['fp32'] * 1e3:.1f} ms in fp32 ({out['bf16'] / out['fp32']:.0f}x); "
+          f"with the operands laid out transposed {out['bf16_t'] * 1e3:.1f} ms against {out['fp32_t'] * 1e3:.1f} ms")
+
+
+TINY_CALLS = 1000
+
+
+def per_call_figures(workdir: str, rounds: int = 5) -> None:
+    """The checker's own cost per call, where the calls compute next to nothing: a statistics dump of
+    :data:`TINY_CALLS` elementwise float32 calls on 16 x 16 tensors (random inputs fitted to each call's
+    statistics), one worker, with pytest's logging plugin and without it (``-p no:logging``: pytest attaches
+    its capture handlers to every non-propagating logger at each phase of each test, and torch makes 43)."""
+    path = os.path.join(workdir, "tiny", "step0", "rank")
+    os.makedirs(path, exist_ok=True)
+    dump_json = os.path.join(path, "dump.json")
+    apis = ["Tensor.add", "Torch.mul", "Tensor.__mul__", "Torch.sub", "Tensor.__add__"]
+
+    def tensor():
+        return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [16, 16], "Max": 3.14, "Min": -3.1,
+                "Mean": 0.001, "Norm": 12.3, "requires_grad": False}
+
+    data = {f"{apis[i % len(apis)]}.{i}.forward": {"input_args": [tensor(), tensor()], "input_kwargs": {},
+                                                   "output": [tensor()]} for i in range(TINY_CALLS)}
+    with open(dump_json, "w") as fh:
+        json.dump({"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None,
+                   "data": data}, fh)
+    plain, nolog = [], []
+    for _ in range(rounds):
+        plain.append(_pytest(workdir, dump_json, [], "t1"))
+        nolog.append(_pytest(workdir, dump_json, ["-p", "no:logging"], "t2"))
+    for what, runs in (("", plain), (" with -p no:logging", nolog)):
+        best = min(runs, key=lambda r: r["wall"])
+        per_call = (best["wall"] - best["first"]) / TINY_CALLS * 1e3
+        print(f"  {TINY_CALLS} tiny calls, one worker{what}: {best['wall']:.2f} s end to end, {per_call:.2f} ms a "
+              f"call after the first starts (best of {rounds}; runs "
+              + ", ".join(f"{r['wall']:.2f}" for r in runs) + " s)")
+    shutil.rmtree(os.path.join(workdir, "tiny"), ignore_errors=True)
+
+
 def _first(task: str, path: str, runs: int) -> tuple:
     """(wall, CPU) of the first step in a fresh process: the best of ``runs``."""
     best = None
@@ -552,7 +647,9 @@ def main(argv=None) -> int:
         if not args.skip_dumper:
             dumper_figures(workdir, args.steps, args.runs)
         if not args.skip_checker:
+            gemm_figures()
             checker_figures(workdir, torch_s)
+            per_call_figures(workdir)
         if not args.skip_huge:
             huge_figures(workdir, runs=args.runs)
         print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; the 5 M-step loop "
