@@ -130,10 +130,10 @@ def _dumped_grads(call, grads, back, tensor_dir):
     for i, grad in enumerate(grads):
         if not isinstance(grad, torch.Tensor):
             continue
-        fits = [(_ulps(grad, r if r.shape == grad.shape else r.t()), k, r if r.shape == grad.shape else r.t())
-                for k, r in enumerate(recorded)
-                if k not in used and isinstance(r, torch.Tensor) and r.dtype == grad.dtype
-                and (r.shape == grad.shape or (r.dim() == 2 and r.t().shape == grad.shape))]
+        oriented = [(k, r if r.shape == grad.shape else r.t()) for k, r in enumerate(recorded)
+                    if k not in used and isinstance(r, torch.Tensor) and r.dtype == grad.dtype
+                    and (r.shape == grad.shape or (r.dim() == 2 and r.t().shape == grad.shape))]
+        fits = [(_ulps(grad, r), k, r) for k, r in oriented]
         if not fits:
             continue
         ulps, k, r = min(fits, key=lambda f: f[0])
