@@ -1,13 +1,17 @@
 """The dumper's fast paths give exactly what the plain paths give: entry texts, journal, statistics, files."""
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
+import random
+import resource
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -332,7 +336,7 @@ def test_tensor_files_load_back_identical(tmp_path, t, kind):
     from dumpers.torch_dump.writer import ProcessWriter, TensorWriter, legacy_parts
     writer = ProcessWriter() if kind == "process" else TensorWriter()
     paths = []
-    for i in range(3):                # the 2nd file of a (dtype, shape) makes its header, the 3rd reuses it
+    for i in range(3):                # the 1st file of a (dtype, shape) makes its header, the others reuse it
         value = t.clone() + i if t.dtype != torch.bool else t.clone()
         path = str(tmp_path / f"x{i}.pt")
         writer.submit_copy(path, value) if i else writer.submit(path, value)
@@ -353,9 +357,31 @@ def test_tensor_files_load_back_identical(tmp_path, t, kind):
     assert os.stat(paths[0][0]).st_ino == os.stat(paths[-1][0]).st_ino
     assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
     if t.numel():
-        legacy_parts(t.clone())
         assert legacy_parts(t.clone()) is not None
     assert legacy_parts(torch.randn(4, 4).t()) is None          # not contiguous: torch.save writes it
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.int64, torch.bool, torch.complex128])
+def test_a_header_is_made_at_first_sight_without_touching_data(dtype):
+    """The header of a (dtype, shape) never seen comes from uninitialised templates whose data is neither
+    filled nor read: a 4 GiB shape leaves this process's peak memory where it was (two filled templates,
+    or torch.save into memory, would add gigabytes), and the header is what torch.save writes before the
+    data of a real tensor of that shape."""
+    from dumpers.torch_dump import writer
+    elements = (4 << 30) // torch.empty((), dtype=dtype).element_size()
+    huge = (elements // 4096, 4096)
+    writer._headers.pop((dtype, huge), None)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    head = writer.legacy_header(dtype, torch.Size(huge))
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 256 * 1024          # KiB
+    assert head is not None and head[-8:] == elements.to_bytes(8, sys.byteorder)
+    small = torch.ones(3, 5, dtype=dtype)
+    writer._headers.pop((dtype, (3, 5)), None)
+    header, data = writer.legacy_parts(small)
+    blob = io.BytesIO()
+    torch.save(small, blob, _use_new_zipfile_serialization=False)
+    assert len(header) + data.nbytes == len(blob.getvalue()) and blob.getvalue().endswith(data.tobytes())
+    assert torch.equal(torch.load(io.BytesIO(header + data.tobytes()), weights_only=True), small)
 
 
 def _plain_workload(kind: str):
@@ -587,6 +613,68 @@ def test_process_writer_ring_wraps_waits_and_writes_oversized_tensors_itself(tmp
     assert writer.error is None and writer.dropped == 0
     for i, v in enumerate(originals):
         assert torch.equal(torch.load(tmp_path / f"v{i}.pt", weights_only=True), v)
+
+
+def test_process_writer_takes_a_record_larger_than_either_side_of_an_empty_ring(tmp_path):
+    """A record that fits neither after the ring's head nor in the bytes before it: once nothing is in
+    flight it starts at the ring's beginning. (It used to wait forever for room, stopping training.)"""
+    from dumpers.torch_dump.writer import ProcessWriter
+    writer = ProcessWriter(budget=1 << 20)
+    first, big = torch.randn(100_000), torch.randn(175_000)        # 400 KB, then 700 KB of a 1 MiB ring
+    writer.submit_copy(str(tmp_path / "first.pt"), first)
+    assert writer.flush(timeout=30)
+    done = threading.Event()
+
+    def submit():
+        writer.submit_copy(str(tmp_path / "big.pt"), big)
+        done.set()
+    threading.Thread(target=submit, daemon=True).start()
+    assert done.wait(30), "the training thread waits forever for room in an empty ring"
+    writer.close(timeout=30)
+    assert writer.error is None and writer.dropped == 0
+    assert torch.equal(torch.load(tmp_path / "big.pt", weights_only=True), big)
+    assert torch.equal(torch.load(tmp_path / "first.pt", weights_only=True), first)
+
+
+def test_process_writer_ring_under_a_random_mix_of_sizes_and_flushes(tmp_path):
+    """Sizes from a few bytes to most of the ring, flushes at random (an empty ring restarts at its
+    beginning, a busy one wraps): every file holds its tensor as it was at submit time."""
+    from dumpers.torch_dump.writer import ProcessWriter
+    rng = random.Random(7)
+    writer = ProcessWriter(budget=1 << 20)
+    expected = []
+    for i in range(120):
+        n = rng.choice([1, 10, 1000, 30_000, 70_000, 140_000, 200_000])
+        value = torch.full((n,), float(i))
+        path = tmp_path / f"m{i}.pt"
+        writer.submit_copy(str(path), value)
+        value.add_(1.0)
+        expected.append((path, n, float(i)))
+        if rng.random() < 0.2:
+            assert writer.flush(timeout=30)
+    writer.close(timeout=60)
+    assert writer.error is None and writer.dropped == 0
+    for path, n, fill in expected:
+        assert torch.equal(torch.load(path, weights_only=True), torch.full((n,), fill))
+
+
+def test_process_writer_process_allocates_the_ring_as_it_starts():
+    """The writer process gives the shared ring its memory itself, so the training thread's first copies
+    find the pages allocated."""
+    from dumpers.torch_dump.writer import ProcessWriter
+    writer = ProcessWriter(budget=64 << 20)
+    try:
+        size, fds = writer._size, f"/proc/{writer._proc.pid}/fd"
+        deadline, allocated = time.monotonic() + 30, 0
+        while time.monotonic() < deadline and allocated < size:
+            for name in os.listdir(fds):
+                target = os.readlink(os.path.join(fds, name))
+                if target.startswith("/memfd:msprobe-tensor-files"):
+                    allocated = os.stat(os.path.join(fds, name)).st_blocks * 512
+            time.sleep(0.02)
+        assert allocated >= size
+    finally:
+        writer.close(timeout=30)
 
 
 def test_process_writer_reports_the_first_error_and_drops_the_rest(tmp_path, caplog):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import mmap
 import os
 import pickle
@@ -40,8 +41,8 @@ _LEGACY_MAGIC = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)
 
 
 _headers: dict = {}                    # (dtype, shape) -> the bytes torch.save writes before the data
-_seen_once: set = set()                # (dtype, shape) seen once: a header is made on the second sight
 _HEADER_LIMIT = 4096
+_HEADER_MAX = 64 * 1024                # a torch.save header is a few hundred bytes; longer is not this format
 
 
 def legacy_parts(tensor: torch.Tensor) -> Optional[tuple]:
@@ -51,9 +52,8 @@ def legacy_parts(tensor: torch.Tensor) -> Optional[tuple]:
     storage key list) followed by the storage size and its raw bytes. For a dense contiguous CPU
     tensor that owns its whole storage, everything before the raw bytes depends only on dtype and
     shape (the storage key is an arbitrary name shared by the tensor and the key list), so it is made
-    once per (dtype, shape) by saving a template, checked against a second template with other data.
-    A shape is templated when it comes back (a training step repeats its shapes; a shape seen once
-    costs nothing extra). None when the tensor does not qualify: the caller uses ``torch.save``.
+    once per (dtype, shape) (:func:`legacy_header`). None when the tensor does not qualify: the caller
+    uses ``torch.save``.
     """
     if not tensor.is_cpu or tensor.layout != torch.strided or not tensor.is_contiguous() \
             or tensor.storage_offset() != 0 or tensor.requires_grad or type(tensor) is not torch.Tensor:
@@ -73,38 +73,62 @@ def legacy_parts(tensor: torch.Tensor) -> Optional[tuple]:
 
 def legacy_header(dtype: torch.dtype, shape: torch.Size) -> Optional[bytes]:
     """The bytes ``torch.save`` (non-zip format) writes before the data of a fresh contiguous CPU tensor
-    of this dtype and shape, or None: a pair seen for the first time, or one the format cannot be
-    reproduced for (the caller then uses ``torch.save``)."""
+    of this dtype and shape, or None where the format cannot be reproduced (the caller then uses
+    ``torch.save``). Made at the pair's first sight, at a cost that does not grow with the tensor."""
     key = (dtype, tuple(shape))
     header = _headers.get(key)
     if header is None:
-        if key not in _seen_once:
-            if len(_seen_once) >= _HEADER_LIMIT:
-                _seen_once.clear()
-            _seen_once.add(key)
-            return None
         if len(_headers) >= _HEADER_LIMIT:
             _headers.clear()
         header = _headers[key] = _make_header(dtype, shape) or b""
     return header or None
 
 
+class _HeadSink:
+    """A file object for ``torch.save`` that keeps the first :data:`_HEADER_MAX` bytes written and only
+    counts the rest: the storage's bytes, handed over as a view, are never read."""
+
+    def __init__(self) -> None:
+        self.parts: list = []
+        self.kept = 0
+        self.total = 0
+
+    def write(self, data: Any) -> int:
+        n = memoryview(data).nbytes
+        if self.kept < _HEADER_MAX:
+            head = bytes(memoryview(data).cast("B")[: _HEADER_MAX - self.kept])
+            self.parts.append(head)
+            self.kept += len(head)
+        self.total += n
+        return n
+
+    def flush(self) -> None:
+        pass
+
+
 def _make_header(dtype: torch.dtype, shape: torch.Size) -> Optional[bytes]:
+    """``torch.save``'s bytes before the data, from two uninitialised templates of the pair, saved into a
+    :class:`_HeadSink` (no data is written, filled or read, whatever the size). The header must end with
+    the storage's element count (the format's size field) and both templates must give headers of one
+    length: they differ only in the storage key (a pointer value), and the first is used as it stands."""
     try:
-        blobs = []
-        for fill in (0, 1):
-            template = torch.full(shape, fill, dtype=dtype)
-            buf = io.BytesIO()
-            torch.save(template, buf, _use_new_zipfile_serialization=False)
-            raw = template.reshape(-1).view(torch.uint8).numpy().tobytes()
-            blob = buf.getvalue()
-            if not blob.endswith(raw):
-                return None
-            blobs.append(blob[: len(blob) - len(raw)])
-        # the two headers differ only in the storage key (a pointer value): use the first as it stands
-        if len(blobs[0]) != len(blobs[1]) or not blobs[0].startswith(_LEGACY_MAGIC):
+        count = math.prod(shape)
+        nbytes = count * torch.empty((), dtype=dtype).element_size()
+        if nbytes == 0:
             return None
-        return blobs[0]
+        heads = []
+        for _ in range(2):
+            template = torch.empty(shape, dtype=dtype)
+            sink = _HeadSink()
+            torch.save(template, sink, _use_new_zipfile_serialization=False)
+            size = sink.total - nbytes
+            if not 8 <= size <= sink.kept:
+                return None
+            heads.append(b"".join(sink.parts)[:size])
+        if len(heads[0]) != len(heads[1]) or not heads[0].startswith(_LEGACY_MAGIC) \
+                or heads[0][-8:] != count.to_bytes(8, sys.byteorder):
+            return None
+        return heads[0]
     except Exception:  # noqa: BLE001 - an unusual dtype: torch.save writes it
         return None
 
@@ -292,6 +316,7 @@ class ProcessWriter:
         self._size = proto.CONTROL_BYTES + budget
         self._lock = threading.RLock()
         self._head = 0                          # bytes of the ring handed out so far (monotonic)
+        self._pos = 0                           # where in the ring the next record goes
         self._sent = 0                          # records sent
         fd = os.memfd_create("msprobe-tensor-files", os.MFD_CLOEXEC)
         read_end = write_end = -1
@@ -426,21 +451,32 @@ class ProcessWriter:
         return self._proto.CONTROL.unpack_from(self._arena, 0)
 
     def _alloc(self, need: int) -> Optional[tuple]:
-        """(arena offset, span to release) for ``need`` bytes; waits while the ring is full."""
+        """(arena offset, span to release) for ``need`` bytes; waits while the ring has no room.
+
+        A record never straddles the ring's end: the tail it does not fit in is skipped (its bytes count in
+        the record's span). With nothing in flight the record starts at the ring's beginning, whatever its
+        size: the pages there are mapped and warm in the caches (a page touched for the first time costs
+        more than copying it), and a record larger than the bytes before the head would otherwise wait
+        for room that skipping the tail can never make."""
         ring = self.budget
         pad = (need + 63) // 64 * 64
         if pad > ring:
             return None
-        pos = self._head % ring
-        waste = ring - pos if pos + pad > ring else 0      # no record wraps around the end
-        span = waste + pad
-        while self._head + span - self._control()[0] > ring:
+        while True:
+            in_flight = self._head - self._control()[0]     # the records not written yet end at self._pos
+            if not in_flight:
+                self._pos = waste = 0
+                break
+            waste = ring - self._pos if self._pos + pad > ring else 0
+            if in_flight + waste + pad <= ring:
+                break
             if self._proc.poll() is not None:
                 raise OSError(f"the tensor writer process exited (status {self._proc.returncode})")
             time.sleep(0.0005)
-        offset = self._proto.CONTROL_BYTES + (self._head + waste) % ring
-        self._head += span
-        return offset, span
+        start = (self._pos + waste) % ring
+        self._pos = start + pad
+        self._head += waste + pad
+        return self._proto.CONTROL_BYTES + start, waste + pad
 
     def _send(self, op: int, offset: int, nbytes: int, span: int, path: str, link: str) -> None:
         p = path.encode("utf-8", "surrogateescape")

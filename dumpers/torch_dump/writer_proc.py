@@ -20,6 +20,7 @@ import mmap
 import os
 import struct
 import sys
+import threading
 
 if __package__:
     from dumpers import atomic
@@ -62,7 +63,22 @@ def error_text(exc: OSError, path: str) -> bytes:
     return text[: CONTROL_BYTES - ERROR_AT - 1]
 
 
+PREALLOCATE_CHUNK = 8 << 20
+
+
+def preallocate(arena_fd: int, size: int) -> None:
+    """Give the arena its memory now, from the start, on this process's core: the training process then
+    copies into pages that exist instead of allocating and zeroing each one as it first touches it (a
+    tensor dump's first step copies hundreds of MB). A failure changes nothing but that speed."""
+    try:
+        for start in range(0, size, PREALLOCATE_CHUNK):
+            os.posix_fallocate(arena_fd, start, min(PREALLOCATE_CHUNK, size - start))
+    except OSError:
+        pass
+
+
 def serve(control_fd: int, arena_fd: int, size: int, mode: int) -> None:
+    threading.Thread(target=preallocate, args=(arena_fd, size), daemon=True).start()
     arena = mmap.mmap(arena_fd, size)
     view = memoryview(arena)
     records = os.fdopen(control_fd, "rb", buffering=1 << 16)
