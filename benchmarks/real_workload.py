@@ -109,6 +109,16 @@ worker, 2.12 ms with ``-p no:logging``. Sending a worker's six messages of an it
 (xdist's events batched, both sides) saved under 1 % of the CPU of a ``-n 2`` run of the small dumps
 (3.26 against 3.28 s), so xdist's protocol is left as it is.
 
+The session after, on a 2-core AMD EPYC with AVX-512 BF16 (Zen 4; loop 0.14-0.17 s; bf16 [256, 768] @ [768, 2048]
+3.9 ms against 8.8-9.4 ms in fp32): one worker 3.57 / 3.75 s at best (target 5.0 s); first item 1.20 / 1.25 s
+(targets 1.50 / 1.54 s); ``-n 2`` median of the rounds 0.80x / 0.82x; small dumps 1.03x / 0.99x; 176 MB dump.json
+3.9 / 4.6 s, 476 MiB; statistics first step 1.37x / 1.31x, steady 1.34x / 1.41x. The tensor dump's first step
+was 4.98x (1333 ms against a 268 ms bare first step, steady 1.82x): each new (dtype, shape) went through
+``torch.save`` into memory, and each page of the writer's 512 MiB ring was allocated and zeroed by the training
+thread's first copy. With headers made at first sight from uninitialised templates, the ring allocated by the
+writer process and records restarting at the ring's beginning when nothing is in flight: first step 2.18x /
+1.84x, steady 2.10x / 2.24x in those runs, 1.78-2.18x against 1.90-2.02x before in alternating runs (noise).
+
 Where ``-n 2`` spends what one worker does not (CPU): the controller forks itself into the fork server as soon
 as pytest has read the options, so the server starts with pytest and every plugin imported (rewritten for
 assertions as a worker's pytest would have them), imports numpy at once and torch when the dumps' framework
