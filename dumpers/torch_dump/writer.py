@@ -94,9 +94,10 @@ class _HeadSink:
         self.total = 0
 
     def write(self, data: Any) -> int:
-        n = memoryview(data).nbytes
+        view = memoryview(data).cast("B")
+        n = view.nbytes
         if self.kept < _HEADER_MAX:
-            head = bytes(memoryview(data).cast("B")[: _HEADER_MAX - self.kept])
+            head = bytes(view[: _HEADER_MAX - self.kept])
             self.parts.append(head)
             self.kept += len(head)
         self.total += n
