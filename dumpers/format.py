@@ -27,6 +27,11 @@ DIR_MODE = 0o750
 FILE_MODE = 0o640
 
 TOP_LEVEL_KEYS = ("task", "level", "framework", "dump_data_dir", "data")
+# A top-level key of our own (msprobe's readers ignore it): what the dumper saw run but could not record.
+UNCAPTURED = "uncaptured"
+UNCAPTURED_COMPILED = ("torch.compile: the calls inside compiled regions were not recorded (only what ran eagerly: "
+                       "code outside them, graph breaks, and library kernels the compiled code calls); to record "
+                       "the same step in full, run it under torch.compiler.set_stance('force_eager')")
 
 # --- names -----------------------------------------------------------------------------------------
 FORWARD = "forward"

@@ -49,6 +49,9 @@ class ApiCaptureMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
+        if torch.compiler.is_compiling():
+            self.session.compiled = True
+            return func(*args, **kwargs)
         session = self.session
         if session.busy:
             return func(*args, **kwargs)

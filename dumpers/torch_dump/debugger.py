@@ -10,6 +10,7 @@ from typing import Any, Optional
 import torch
 
 from dumpers.config import ConfigError, DumpConfig, load_config
+from dumpers.format import UNCAPTURED_COMPILED
 from dumpers.torch_dump.capture import ApiCaptureMode, DistributedWrappers
 from dumpers.torch_dump import stack as stacklib
 from dumpers.torch_dump import stats
@@ -109,6 +110,7 @@ class PrecisionDebugger:
         self._dist: Optional[DistributedWrappers] = None
         self._hooks: dict = {}
         self._finished = False
+        self._compile_warned = False
         self._initialized = True
         atexit.register(self._at_exit)
 
@@ -162,6 +164,8 @@ class PrecisionDebugger:
             hooks = ModuleHooks(s, model)
             hooks.install()
             self._hooks[id(model)] = hooks
+        if any(hooks.compiled for hooks in self._hooks.values()):
+            s.compiled = True
         if level in ("L1", "mix"):
             self._install_api_capture()
         s.on = True
@@ -197,6 +201,9 @@ class PrecisionDebugger:
         s.forget_reuse()                    # what runs while the dump is off is not watched for writes
         self._remove_api_capture()          # also after an I/O error: the capture installed by start() goes
         stacklib.release()
+        if s.compiled and not self._compile_warned:
+            self._compile_warned = True
+            log.warning("msprobe dump: step %d ran torch.compile'd code; %s.", s.step, UNCAPTURED_COMPILED)
         if (was_on or s.dir is not None) and s.failed is None:
             s.write_files()
 

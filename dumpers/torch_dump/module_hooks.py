@@ -22,6 +22,12 @@ warnings.filterwarnings("ignore", message="Full backward hook is firing when gra
                                           "to module outputs since no inputs require gradients")
 
 
+@functools.lru_cache(maxsize=1)
+def compiled_module_type() -> type:
+    """The class of the wrapper ``torch.compile`` returns for a module (compiling is lazy: nothing is traced)."""
+    return type(torch.compile(torch.nn.Identity()))
+
+
 class ModuleHooks:
     """Installs and removes the hooks of one model."""
 
@@ -32,11 +38,17 @@ class ModuleHooks:
         self.pending: dict = {}          # id(module) -> stack of (Pending, parameters)
         self.backward_keys: dict = {}    # id(module) -> stack of (key, parent)
         self.grad_seen: dict = {}        # id(module) -> {param name: param}
+        self.compiled = False            # the model holds torch.compile'd modules (not hooked)
 
     def install(self) -> None:
         if self.handles:
             return
+        inside: list = []                # paths of torch.compile wrappers: what they hold runs compiled
         for path, module in self.model.named_modules():
+            if isinstance(module, compiled_module_type()):
+                inside.append(path)
+            if any(path == p or path.startswith(p + ".") or not p for p in inside):
+                continue                 # traced by dynamo: full backward hooks cannot be traced, no entry either
             if module is self.model or not path:
                 continue
             name = f"Module.{path}.{type(module).__name__}"
@@ -54,6 +66,7 @@ class ModuleHooks:
 
         self.handles.append(register_optimizer_step_pre_hook(self._pre_optimizer))
         self.handles.append(register_optimizer_step_post_hook(self._post_optimizer))
+        self.compiled = bool(inside)
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -67,6 +80,9 @@ class ModuleHooks:
     # --- forward ---------------------------------------------------------------------------------
     def _pre_forward(self, name: str, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         s = self.session
+        if torch.compiler.is_compiling():   # traced into a compiled region: no entry, the graph as without us
+            s.compiled = True
+            return
         idx = s.next_index(f"{name}.forward")
         stack = self.pending.setdefault(id(module), [])
         if not self._active():
@@ -92,6 +108,8 @@ class ModuleHooks:
 
     def _post_forward(self, name: str, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         s = self.session
+        if torch.compiler.is_compiling():
+            return
         stack = self.pending.get(id(module))
         top = stack.pop() if stack else None
         if top is None:
@@ -113,6 +131,8 @@ class ModuleHooks:
     # --- backward --------------------------------------------------------------------------------
     def _pre_backward(self, name: str, module: torch.nn.Module, grad_output: tuple) -> None:
         s = self.session
+        if torch.compiler.is_compiling():
+            return
         idx = s.next_index(f"{name}.backward")
         stack = self.backward_keys.setdefault(id(module), [])
         if not self._active():
@@ -127,6 +147,8 @@ class ModuleHooks:
 
     def _post_backward(self, name: str, module: torch.nn.Module, grad_input: tuple, grad_output: tuple) -> None:
         s = self.session
+        if torch.compiler.is_compiling():
+            return
         stack = self.backward_keys.get(id(module))
         top = stack.pop() if stack else None
         if top is None:
@@ -146,6 +168,8 @@ class ModuleHooks:
 
     def _param_grad(self, name: str, module_id: int, pname: str, expected: int, param: torch.Tensor) -> None:
         s = self.session
+        if torch.compiler.is_compiling():
+            return
         if not self._active():
             return
         seen = self.grad_seen.setdefault(module_id, {})

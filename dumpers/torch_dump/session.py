@@ -103,6 +103,7 @@ class DumpSession:
         self._stack_lines: dict = {}      # frames -> formatted lines (kept across steps)
         self._lines_texts: dict = {}      # id(lines) -> (lines, their stack.json text), kept likewise
         self._scope_on = False
+        self.compiled = False             # a compiled region was traced or ran while the dump was on (this step)
         self._reset_step_state()
 
     # --- step state ------------------------------------------------------------------------------
@@ -122,6 +123,7 @@ class DumpSession:
     def next_step(self) -> None:
         """step(): counters and step state reset; hooks of the old step stop recording."""
         self.step += 1
+        self.compiled = False
         self.generation += 1
         self.counters.clear()
         self.parents.clear()
@@ -168,7 +170,10 @@ class DumpSession:
             self.writer = make_writer(report=False)      # its first error is reported by check_writer
 
     def _header(self) -> dict:
-        return {"task": self.task, "level": self.level, "framework": "pytorch", "dump_data_dir": self.dump_data_dir}
+        header = {"task": self.task, "level": self.level, "framework": "pytorch", "dump_data_dir": self.dump_data_dir}
+        if self.compiled:
+            header[fmt.UNCAPTURED] = fmt.UNCAPTURED_COMPILED
+        return header
 
     def _dump_json(self) -> dict:
         """The dump.json written when a step opens: the header, no entries yet (the journal holds them)."""
