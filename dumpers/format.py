@@ -57,6 +57,10 @@ INPUT = "input"                  # backward: the gradients of the outputs (input
 FORWARD_KEYS = (INPUT_ARGS, INPUT_KWARGS, OUTPUT)
 BACKWARD_KEYS = (INPUT, OUTPUT)
 DATA_NAME = "data_name"          # item key: the tensor file of a tensor item
+# forward: a key of our own (msprobe's readers ignore it), present when the call ran under an enabled autocast:
+# {"device_type": "cpu", "dtype": "torch.bfloat16", "enabled": true}
+AUTOCAST = "autocast"
+AUTOCAST_DEVICE, AUTOCAST_DTYPE, AUTOCAST_ENABLED = "device_type", "dtype", "enabled"
 
 # data_name categories
 CAT_INPUT = "input"

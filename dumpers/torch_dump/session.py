@@ -22,7 +22,7 @@ from dumpers import jsonfast
 from dumpers.config import DumpConfig
 from dumpers.dumpoff import DumpOff
 from dumpers.journal import JournalWriter
-from dumpers.torch_dump import callargs
+from dumpers.torch_dump import amp, callargs
 from dumpers.torch_dump import stack as stacklib
 from dumpers.torch_dump.encode import Encoder
 from dumpers.torch_dump.jsontext import (ENTRY_LEVEL, ITEM_LEVEL, backward_text, dict_text, dump_json_text,
@@ -476,8 +476,9 @@ class DumpSession:
         counters[base] = idx + 1
         if not self.on or os.getpid() != self.pid:
             return func(*args, **kwargs)
-        pending = plain = None
+        pending = plain = autocast = None
         try:
+            autocast = amp.state(args, kwargs)
             rec_args, rec_kwargs = args, kwargs
             if isinstance(func, types.FunctionType):
                 rec_args, rec_kwargs = callargs.as_written(func, args, kwargs, prefix == "Tensor")
@@ -506,13 +507,13 @@ class DumpSession:
             except Exception:  # noqa: BLE001 - forget everything rather than risk a stale entry
                 self.forget_reuse()
         if plain is not None:
-            self._plain_finish(plain, result, base, idx)
+            self._plain_finish(plain, result, base, idx, autocast)
             return result
         if pending is None:
             return result
         try:
             after = [*args, *kwargs.values()] if collective else None
-            self.finish(pending, result, as_list=after)
+            self.finish(pending, result, as_list=after, extra={fmt.AUTOCAST: autocast} if autocast else None)
             if not collective:
                 self._hook_backward(result, base, idx)
         except Exception as exc:  # noqa: BLE001
@@ -542,7 +543,7 @@ class DumpSession:
         sid = self.stack_id(stacklib.capture(getattr(func, "__code__", None)))
         return key, parent, batch, hook, in_args, in_kwargs, sid
 
-    def _plain_finish(self, plain: tuple, result: Any, base: str, idx: int) -> None:
+    def _plain_finish(self, plain: tuple, result: Any, base: str, idx: int, autocast: Optional[dict] = None) -> None:
         """:meth:`finish` for :meth:`_plain_begin`; a result that is not plain goes through the Encoder."""
         key, parent, batch, hook, in_args, in_kwargs, sid = plain
         try:
@@ -563,7 +564,8 @@ class DumpSession:
                 output = list_text([item_text(v, batch, True, hook, ("output", i)) for i, v in enumerate(values)])
             if batch.pending:
                 batch.resolve()
-            self.record_text(key, forward_text(in_args, in_kwargs, output), sid)
+            text = forward_text(in_args, in_kwargs, output)
+            self.record_text(key, amp.with_state(text, autocast) if autocast else text, sid)
             self._hook_backward(result, base, idx)
         except Exception as exc:  # noqa: BLE001 - the dumper must never break training
             self._internal_error(exc)

@@ -9,6 +9,7 @@ API-level SKIP with the reason (spec 3.4). torch is imported on first use.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..precision.verdict import WARNING, is_skip
@@ -24,6 +25,7 @@ from .result import (
     judge,
     skip_result,
 )
+from . import autocast
 from .sides import BENCH, DEVICE, Call, Side, copy_tensor, item_seed, map_leaves, raise_target
 
 
@@ -44,7 +46,11 @@ def run_side(adapter: Any, call: Call, role: str, raise_to: Any, backend: Any, i
     if backward:
         args, kwargs = adapter.with_grad(args, kwargs, call.plan)
     adapter.seed(backend, call.seed)
-    out = call.func(*args, **kwargs) if role == BENCH else backend.call(call.func, args, kwargs)
+    if role == BENCH:
+        out = call.func(*args, **kwargs)
+    else:
+        with autocast.device_context(call.autocast, backend):      # as training ran it (None: no autocast)
+            out = backend.call(call.func, args, kwargs)
     side = Side(out, [])
     if backward:
         side = adapter.backward(call, role, args, kwargs, out, raise_to, backend, index)
@@ -86,17 +92,22 @@ def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, optio
     plan = None
     if getattr(case, "backward", None) is not None and not messages and grad_output is not None:
         plan = adapter.backward_plan(case, args, kwargs)
-    call = Call(name, case.api, adapter.resolve(case), args, kwargs, grad_output, plan, item_seed(name, seed))
-
-    # bench: CPU, raised precision, never through a backend
-    target = raise_target(args, kwargs, case.api)
-    note = ""
+    amp = autocast.for_case(case, args, kwargs) if adapter.framework == "pytorch" else None
+    call = Call(name, case.api, adapter.resolve(case), args, kwargs, grad_output, plan, item_seed(name, seed), amp)
+    # bench: CPU, raised precision, never through a backend; under autocast from the inputs after its cast
+    bench_call = call
+    if amp is not None:
+        bench_args, bench_kwargs = autocast.after_cast(amp, case.api, args, kwargs)
+        bench_call = dataclasses.replace(call, args=bench_args, kwargs=bench_kwargs)
+    target = raise_target(bench_call.args, bench_call.kwargs, case.api)
+    note = amp.note if amp is not None else ""
     try:
-        bench = run_side(adapter, call, BENCH, target, backend, index, plan is not None)
+        bench = run_side(adapter, bench_call, BENCH, target, backend, index, plan is not None)
     except Exception as exc:  # noqa: BLE001 - the adapter retries in a lower dtype, or says why it failed
-        target, note = adapter.bench_retry(exc, target)
+        target, retry_note = adapter.bench_retry(exc, target)
+        note = "\n".join(n for n in (note, retry_note) if n)
         try:
-            bench = run_side(adapter, call, BENCH, target, backend, index, plan is not None)
+            bench = run_side(adapter, bench_call, BENCH, target, backend, index, plan is not None)
         except Exception as exc2:  # noqa: BLE001 - reported as the API's SKIP reason
             raise adapter.failure(BENCH, exc2, backend) from None
     from ..devices.recorded import is_recorded
@@ -119,6 +130,8 @@ def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, optio
             mapping = adapter.gradient_mapping(device, call) if device.backward_ran else []
             cells = rec.fidelity(name, case.api, device, mapping, recording)
     bench_grads, dev_grads = list(bench.grads), list(device.grads)
+    if amp is not None:
+        dev_grads = autocast.lowered_grads(amp, case.api, args, kwargs, dev_grads)
     if bench.message or device.message:
         messages.append(bench.message or device.message)
         bench_grads, dev_grads = [], []

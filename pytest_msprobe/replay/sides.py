@@ -82,6 +82,7 @@ class Call:
     grad_output: Any            # the dumped output gradient (None: no backward)
     plan: Any                   # the adapter's backward plan (None: no backward)
     seed: int
+    autocast: Any = None        # the AutocastState the device side runs under (None: none)
 
 
 @dataclass
