@@ -99,8 +99,10 @@ def test_force_eager_dumps_the_same_step_in_full(tmp_path):
     assert torch.equal(model(x).square().mean(), forced[0])
 
 
-def test_compiled_hugging_face_model(tmp_path):
-    """GPT-2 (tests/zoo.py), compiled, one AdamW step with the dump on at mix level: the same loss and parameters."""
+@pytest.mark.parametrize("task,level,amp", [("statistics", "mix", False), ("tensor", "L1", True)])
+def test_compiled_hugging_face_model(tmp_path, task, level, amp):
+    """GPT-2 (tests/zoo.py), compiled, one AdamW step with the dump on (and under bf16 autocast): the same loss and
+    parameters as without the dump."""
     def step(debugger=None):
         torch.compiler.reset()
         model, batch, loss_fn = zoo.build("gpt2")
@@ -108,7 +110,8 @@ def test_compiled_hugging_face_model(tmp_path):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         if debugger is not None:
             debugger.start(compiled)
-        loss = loss_fn(compiled, batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            loss = loss_fn(compiled, batch)
         loss.backward()
         opt.step()
         if debugger is not None:
@@ -118,12 +121,14 @@ def test_compiled_hugging_face_model(tmp_path):
         return loss.detach(), [p.detach().clone() for p in model.parameters()]
 
     bare_loss, bare_params = step()
-    loss, params = step(PrecisionDebugger(task="statistics", level="mix", dump_path=str(tmp_path / "d")))
+    loss, params = step(PrecisionDebugger(task=task, level=level, dump_path=str(tmp_path / "d")))
     assert torch.equal(bare_loss, loss)
     assert all(torch.equal(a, b) for a, b in zip(bare_params, params))
     doc = dump(tmp_path / "d", 0)
     assert doc[fmt.UNCAPTURED] == fmt.UNCAPTURED_COMPILED
-    assert not any(k.startswith("Module.") for k in doc["data"])
+    assert not any(k.startswith(("Module.", "Functional.linear", "Torch.addmm")) for k in doc["data"])
+    if level != "L0":             # the optimizer's calls, eager, outside autocast
+        assert any(k.startswith("Tensor.addcdiv_") for k in doc["data"])
 
 
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,

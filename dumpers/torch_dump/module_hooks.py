@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import warnings
 from typing import Any
 
@@ -23,9 +24,15 @@ warnings.filterwarnings("ignore", message="Full backward hook is firing when gra
 
 
 @functools.lru_cache(maxsize=1)
-def compiled_module_type() -> type:
+def _compiled_module_type() -> type:
     """The class of the wrapper ``torch.compile`` returns for a module (compiling is lazy: nothing is traced)."""
     return type(torch.compile(torch.nn.Identity()))
+
+
+def is_compiled_module(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is a ``torch.compile`` wrapper. Nothing can be one before torch.compile's machinery
+    is loaded, and loading it takes seconds: it is not loaded for this question."""
+    return "torch._dynamo" in sys.modules and isinstance(module, _compiled_module_type())
 
 
 class ModuleHooks:
@@ -45,7 +52,7 @@ class ModuleHooks:
             return
         inside: list = []                # paths of torch.compile wrappers: what they hold runs compiled
         for path, module in self.model.named_modules():
-            if isinstance(module, compiled_module_type()):
+            if is_compiled_module(module):
                 inside.append(path)
             if any(path == p or path.startswith(p + ".") or not p for p in inside):
                 continue                 # traced by dynamo: full backward hooks cannot be traced, no entry either
