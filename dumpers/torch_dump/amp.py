@@ -20,10 +20,10 @@ def _device_type(args: tuple, kwargs: dict) -> str:
     """The device type of the call's first tensor argument (``cpu`` when it has none at the top level)."""
     for value in args:
         if isinstance(value, torch.Tensor):
-            return value.device.type
+            return "cpu" if value.is_cpu else value.device.type
     for value in kwargs.values():
         if isinstance(value, torch.Tensor):
-            return value.device.type
+            return "cpu" if value.is_cpu else value.device.type
     return "cpu"
 
 

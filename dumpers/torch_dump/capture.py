@@ -67,6 +67,8 @@ class ApiCaptureMode(TorchFunctionMode):
             if session.cache is not None:
                 _note_writes(session, func, args, kwargs)
             return func(*args, **kwargs)
+        if session.compiled or session.saw_compiled:
+            session.forget_reuse()    # compiled kernels write tensors without a version bump: nothing is reused
         return session.run_api(name[0], name[1], func, args, kwargs)
 
     # --- installation ----------------------------------------------------------------------------

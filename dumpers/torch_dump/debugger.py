@@ -14,7 +14,7 @@ from dumpers.format import UNCAPTURED_COMPILED
 from dumpers.torch_dump.capture import ApiCaptureMode, DistributedWrappers
 from dumpers.torch_dump import stack as stacklib
 from dumpers.torch_dump import stats
-from dumpers.torch_dump.module_hooks import ModuleHooks
+from dumpers.torch_dump.module_hooks import ModuleHooks, is_compiled_module
 from dumpers.torch_dump.session import DumpPathError, DumpSession
 
 log = logging.getLogger("pytest_msprobe.dump")
@@ -165,7 +165,9 @@ class PrecisionDebugger:
             hooks.install()
             self._hooks[id(model)] = hooks
         if any(hooks.compiled for hooks in self._hooks.values()):
-            s.compiled = True
+            s.compiled = True               # modules inside a torch.compile wrapper are not hooked
+        if is_compiled_module(model):
+            s.saw_compiled = True           # its kernels write without a version bump: no reuse from the start
         if level in ("L1", "mix"):
             self._install_api_capture()
         s.on = True

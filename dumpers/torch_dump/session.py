@@ -104,6 +104,7 @@ class DumpSession:
         self._lines_texts: dict = {}      # id(lines) -> (lines, their stack.json text), kept likewise
         self._scope_on = False
         self.compiled = False             # a compiled region was traced or ran while the dump was on (this step)
+        self.saw_compiled = False         # compiled code ran before, or is started: its kernels write unseen
         self._reset_step_state()
 
     # --- step state ------------------------------------------------------------------------------
@@ -123,6 +124,7 @@ class DumpSession:
     def next_step(self) -> None:
         """step(): counters and step state reset; hooks of the old step stop recording."""
         self.step += 1
+        self.saw_compiled = self.saw_compiled or self.compiled
         self.compiled = False
         self.generation += 1
         self.counters.clear()
