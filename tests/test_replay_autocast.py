@@ -275,3 +275,15 @@ def test_msprobe_autocast_dumps(project, data_dir, model):
     assert check_replayed_as_recorded(rows, doc) >= 5
     gemm = "Functional.linear.0.forward.output.0" if model == "llama" else "Torch.addmm.0.forward.output.0"
     assert "inferred" in rows[gemm]["Message"]
+
+
+def test_float16_autocast_dump(project):
+    """float16 autocast (this CPU runs it): the same, every lowered call replayed in float16."""
+    amp_step("llama", torch.float16, project.path / "dump")
+    path = project.path / "dump" / "step0" / "rank" / fmt.DUMP_JSON
+    res = project.runpytest("--msprobe-api-info", str(path), "-p", "no:randomly")
+    outcomes = res.parseoutcomes()
+    assert outcomes.get("skipped", 0) == 0 and outcomes.get("failed", 0) == 0, res.outlines[-30:]
+    rows = details(project.path)
+    assert check_replayed_as_recorded(rows, json.loads(path.read_text())) >= 15
+    assert rows["Functional.linear.0.forward.output.0"]["DEVICE Dtype"] == "torch.float16"
