@@ -6,11 +6,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..precision.verdict import ERROR, PASS, WARNING      # msprobe's compare spells its Result the same way
 from . import cells
 from .rows import NA, NO_FILE
 
 TENSOR, STATISTICS, MD5 = "tensor", "statistics", "md5"
-PASS, WARNING, ERROR = "pass", "warning", "error"
 _LEVEL = {PASS: 0, WARNING: 1, ERROR: 2}
 
 HEAD_A = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
@@ -112,11 +112,9 @@ def tensor_cells(line: Line, load_target: Callable, load_golden: Callable) -> li
     return cells.tensor_metrics(npu, bench)
 
 
-def _observed(npu: Any, bench: Any) -> tuple | None:
-    try:
-        from ..precision.expected_error import observe
-    except ImportError:
-        return None
+def _observed(npu: Any, bench: Any) -> tuple:
+    from ..precision.expected_error import observe
+
     seen = observe(npu, bench)
     return seen.max_abs, seen.mean_abs
 
