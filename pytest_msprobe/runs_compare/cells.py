@@ -55,6 +55,11 @@ _DIFF_SET = (_NUM, _NAN, _INF, _NEG, _DEV, _OTHER)
 
 def stat_diff(npu: Any, bench: Any) -> tuple:
     """(diff, relative error) cell texts of one statistic, target ``npu`` against golden ``bench``."""
+    if type(npu) is float and type(bench) is float and npu - npu == 0 and bench - bench == 0:
+        if npu == bench and (npu != 0 or repr(npu) == repr(bench)):      # 0.0 and -0.0 print apart
+            return ZERO, ZERO
+        diff = npu - bench
+        return repr(diff), (INF if bench == 0 else f"{abs(diff / bench * 100)!r}%")
     if str(npu) == str(bench):
         return ZERO, ZERO
     a, b = _classify(npu), _classify(bench)

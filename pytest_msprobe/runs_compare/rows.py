@@ -30,14 +30,21 @@ class EntryError(ValueError):
 class Row:
     """One compared item of one side."""
 
-    __slots__ = ("name", "key", "state", "dtype", "shape", "grad", "stats", "md5", "data_name", "item", "cmp")
+    __slots__ = ("name", "key", "state", "dtype", "shape", "grad", "stats", "_md5", "data_name", "item", "cmp")
 
     def __init__(self, name: str, key: str, state: str, dtype: str, shape: str, grad: str, stats: list,
-                 md5: str, data_name: str, item: Any) -> None:
+                 md5: str | None, data_name: str, item: Any) -> None:
         self.name, self.key, self.state = name, key, state
         self.dtype, self.shape, self.grad, self.stats = dtype, shape, grad, stats
-        self.md5, self.data_name, self.item = md5, data_name, item
+        self._md5, self.data_name, self.item = md5, data_name, item
         self.cmp = name           # the name matched against the other side
+
+    @property
+    def md5(self) -> str:
+        """The item's CRC32 text: dump.json's ``md5``, else the CRC32 of ``str(value)`` (msprobe's rule)."""
+        if self._md5 is None:
+            self._md5 = _crc((self.item or {}).get("value", ""))
+        return self._md5
 
     @property
     def is_output(self) -> bool:
@@ -61,6 +68,23 @@ def _crc(value: Any) -> str:
     return f"{zlib.crc32(str(value).encode()):08x}"
 
 
+_SHAPES: dict = {}
+
+
+def _shape_text(shape: list) -> str:
+    """``str(shape)`` of a list of ints, remembered (a dump has few distinct shapes)."""
+    try:
+        key = tuple(shape)
+        text = _SHAPES.get(key)
+    except TypeError:
+        return str(shape)
+    if text is None:
+        text = str(shape)
+        if len(_SHAPES) < 65536:
+            _SHAPES[key] = text
+    return text
+
+
 def _null_row(name: str, key: str, state: str) -> Row:
     return Row(name, key, state, NA, NA, NA, ["None"] * 4, NA, NO_FILE, None)
 
@@ -76,9 +100,14 @@ def _leaf(item: dict, name: str, key: str, state: str) -> Row:
     kind = item.get("type")
     dtype = item.get("dtype")
     if dtype:
-        stats = [_stat(item.get(k)) for k in fmt.STAT_KEYS]
-        shape = str(item.get("shape"))
-        dtype = str(dtype)
+        stats = [item.get("Max"), item.get("Min"), item.get("Mean"), item.get("Norm")]
+        for i, value in enumerate(stats):
+            if type(value) is not float or value != value:      # the common case, a finite float, as it is
+                stats[i] = _stat(value)
+        shape = item.get("shape")
+        shape = _shape_text(shape) if type(shape) is list else str(shape)
+        if type(dtype) is not str:
+            dtype = str(dtype)
     else:
         value = item.get("value")
         stats = ["None"] * 4
@@ -100,9 +129,7 @@ def _leaf(item: dict, name: str, key: str, state: str) -> Row:
         else:
             dtype, shape = str(type(value)), "[]"
             stats = [_stat(value) if not isinstance(value, bool) else value] * 4
-    if not md5:
-        md5 = _crc(item.get("value", ""))
-    return Row(full, key, state, dtype, shape, grad, stats, str(md5), data_name, item)
+    return Row(full, key, state, dtype, shape, grad, stats, str(md5) if md5 else None, data_name, item)
 
 
 def _walk(value: Any, name: str, key: str, state: str, out: list, depth: int, grads: bool) -> None:
