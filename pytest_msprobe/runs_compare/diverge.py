@@ -319,10 +319,13 @@ def summary_line(doc: dict, findings: list) -> str:
     rank, nodes = next(iter(doc.items()))
     node = nodes[0]
     multiple = node.get("multiple")
-    times = f"{multiple:.1f}x" if isinstance(multiple, float) else str(multiple)
     path = " > ".join(p for p in node.get("module_path", [])[:-1] if p)
-    return (f"first divergence: {rank} {node['op_name']} ({node.get('output')}: {times} the expected error of two "
-            f"correct runs, from {node.get('source')}){' in ' + path if path else ''}")
+    if node.get("source") == "md5":
+        how = f"{node.get('output')} differs while every input is bit-equal, from md5"
+    else:
+        times = f"{multiple:.1f}x" if isinstance(multiple, float) else str(multiple)
+        how = f"{node.get('output')}: {times} the expected error of two correct runs, from {node.get('source')}"
+    return f"first divergence: {rank} {node['op_name']} ({how}){' in ' + path if path else ''}"
 
 
 def analyze_and_write(results: list, out_dir: str) -> tuple:
