@@ -70,7 +70,7 @@ def _llama_pairs() -> list:
     out = []
     for ref in sorted(glob.glob(os.path.join(MSPROBE_OUT, "*", "*", "compare_result.csv.gz"))):
         task, variant = ref.split(os.sep)[-3:-1]
-        if task != "samples":
+        if task not in ("samples", "repo"):
             out.append((task, variant))
     return out
 
@@ -182,3 +182,30 @@ def test_modes_must_agree_and_xlsx_needs_openpyxl(tmp_path, capsys):
     except ImportError:
         code = cli_main(["compare", "-tp", stats, "-gp", stats, "-o", str(tmp_path / "x"), "--xlsx"])
         assert code == 2 and "--xlsx needs openpyxl" in capsys.readouterr().err
+
+
+def test_npu_megatron_dump_row_for_row(tmp_path):
+    """A PyTorch dump made on an Ascend NPU (msprobe's own test data) against a perturbed copy, dump.json files."""
+    golden = os.path.join(DATA, "msprobe_repo_fixtures", "npu_megatron_pytorch", "dump.json")
+    target = os.path.join(FIXTURES, "repo", "npu_megatron_pytorch", "target", "dump.json")
+    results = _compare(target, golden, str(tmp_path))
+    assert_same_table(_read(results[0].path),
+                      _read(os.path.join(MSPROBE_OUT, "repo", "npu_megatron_pytorch", "compare_result.csv.gz")))
+
+
+def test_mindspore_against_mindspore(tmp_path):
+    """MindSpore's dtype spellings (Float32, BFloat16) pair and compare; a perturbed output is seen."""
+    src = os.path.join(DATA, "msprobe_repo_fixtures", "npu_megatron_mindspore", "dump.json")
+    with open(src) as fh:
+        doc = json.load(fh)
+    key = next(k for k, v in doc["data"].items() if isinstance(v, dict) and v.get("output")
+               and isinstance(v["output"][0], dict) and isinstance(v["output"][0].get("Max"), float)
+               and "Float" in v["output"][0].get("dtype", ""))
+    doc["data"][key]["output"][0]["Max"] *= 1.5
+    target = tmp_path / "target.json"
+    target.write_text(json.dumps(doc))
+    result = _compare(str(target), src, str(tmp_path / "out"))[0]
+    assert result.mode == "statistics" and all(line.golden is not None for line in result.lines)
+    moved = [line for line in result.lines if line.metrics[0] not in ("0", "N/A")]
+    assert [line.target.key for line in moved] == [key]
+    assert moved[0].metrics[4] == "50.0%"

@@ -24,7 +24,9 @@ targets ``fault_silu`` and ``noise_fault_silu`` only (it is the largest file), w
 from its paths. For each target, msprobe's compare of ``<task>/<target>/step0`` against
 ``<task>/golden/step0`` is run with and without ``-da``; its CSV goes to ``msprobe_out/<task>/<target>/``,
 gzipped as ``compare_result.csv.gz``; the ``-da`` JSON, when msprobe wrote one, ``diff_analyze.json``; ``da.txt`` says
-which. Also msprobe's compare of the shared MLP samples (statistics L1 and mix, tensor L1: step1 against step0).
+which. Also msprobe's compare of the shared MLP samples (statistics L1 and mix, tensor L1: step1 against step0),
+and of the PyTorch NPU dump from msprobe's own test suite (tests/data/msprobe_repo_fixtures)
+against a perturbed copy (``repo/``).
 """
 from __future__ import annotations
 
@@ -182,6 +184,35 @@ def msprobe_compare(target: str, golden: str, out: str) -> None:
             fh.write(text)
 
 
+def repo_pair(name: str) -> None:
+    """msprobe's compare of a dump.json from msprobe's own test suite (NPU machines, MindSpore or PyTorch) against a
+    copy with every seventh entry's first output Max times 1.5: the copy to ``repo/<name>/target/dump.json``, the CSV
+    (dump.json files compared, so no rank in its name) to ``msprobe_out/repo/<name>/``."""
+    source = os.path.join(ROOT, "tests", "data", "msprobe_repo_fixtures", name, "dump.json")
+    with open(source) as fh:
+        doc = json.load(fh)
+    for i, entry in enumerate(doc["data"].values()):
+        outputs = entry.get("output") if isinstance(entry, dict) else None
+        first = outputs[0] if isinstance(outputs, list) and outputs else None
+        if i % 7 == 6 and isinstance(first, dict) and isinstance(first.get("Max"), float):
+            first["Max"] *= 1.5
+    target = os.path.join(HERE, "repo", name, "target")
+    os.makedirs(target, exist_ok=True)
+    with open(os.path.join(target, "dump.json"), "w") as fh:
+        json.dump(doc, fh, indent=1)
+    out = os.path.join(HERE, "msprobe_out", "repo", name)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    msprobe = os.path.join(os.path.dirname(sys.executable), "msprobe")
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([msprobe, "compare", "-tp", os.path.join(target, "dump.json"), "-gp", source, "-o", tmp],
+                       check=True, capture_output=True)
+        (csv_path,) = glob.glob(os.path.join(tmp, "compare_result_*.csv"))
+        with open(csv_path, "rb") as src, gzip.GzipFile(os.path.join(out, "compare_result.csv.gz"), "wb",
+                                                        mtime=0) as dst:
+            shutil.copyfileobj(src, dst)
+
+
 def main() -> None:
     llama = os.path.join(HERE, "llama")
     for task in ("statistics", "md5", "tensor"):
@@ -198,10 +229,14 @@ def main() -> None:
     for sample in ("mlp_fp32_statistics_L1", "mlp_fp32_statistics_mix", "mlp_fp32_tensor_L1"):
         msprobe_compare(os.path.join(samples, sample, "step1"), os.path.join(samples, sample, "step0"),
                         os.path.join(HERE, "msprobe_out", "samples", sample))
+    for name in ("npu_megatron_pytorch",):     # msprobe compares MindSpore dumps only with mindspore installed
+        repo_pair(name)
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "dump":
         dump_one(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) == 3 and sys.argv[1] == "repo":
+        repo_pair(sys.argv[2])
     else:
         main()
