@@ -70,6 +70,9 @@ def _usage(prefix: str, fn: Callable[[], Any], errors: tuple = (ValueError, OSEr
 
 
 def pytest_configure(config: Any) -> None:
+    if getattr(config.option, "msprobe_compare", None):
+        from .runs_compare.pytest_items import configure
+        configure(config)
     if not getattr(config.option, "msprobe_api_info", None):
         return
     from generators.jsonsafe import paused_gc

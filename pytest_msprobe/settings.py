@@ -142,6 +142,8 @@ def existing_file(text: str) -> str:
 def add_options(parser: Any) -> None:
     """All options, under the ``msprobe`` group; the important ones mirrored as ini keys."""
     g = parser.getgroup("msprobe", "accuracy check of captured API calls (pytest-msprobe)")
+    from .runs_compare.pytest_items import add_compare_options
+    add_compare_options(parser)
     g.addoption("--msprobe-api-info", action="append", default=[], metavar="PATH",
                 help="dump.json (or a dump directory) whose API calls become tests; repeatable")
     g.addoption("--msprobe-out", metavar="DIR", default=None,

@@ -14,6 +14,9 @@ from typing import Callable, Optional, Sequence
 SUBCOMMANDS = {
     "api-precision-compare": ("pytest_msprobe.cli.api_precision_compare",
                               "compare NPU and GPU accuracy_checking_details CSVs (final verdict)"),
+    "compare": ("pytest_msprobe.cli.compare", "compare two runs' dumps API by API (msprobe's compare, -da)"),
+    "overflow-check": ("pytest_msprobe.cli.overflow_check",
+                       "the first call turning finite inputs into inf/nan, per rank and across ranks"),
     "grad-compare": ("pytest_msprobe.cli.grad_compare", "compare two grad_probe dumps step by step"),
     "repair-dump": ("pytest_msprobe.cli.repair_dump", "finalise a dump whose training process died mid-step"),
     "summary": ("pytest_msprobe.cli.summary", "summarise an accuracy_checking_result CSV"),
@@ -28,6 +31,8 @@ EPILOG = """examples:
   pytest-msprobe html-report out/accuracy_checking_result_X.csv --dump dump/step0/rank
   pytest-msprobe generate dump/step0/rank/dump.json -o tests/regressions \\
       --from-result out/accuracy_checking_result_X.csv
+  pytest-msprobe compare -tp npu_dump/step0 -gp gpu_dump/step0 -o compare_out -da
+  pytest-msprobe overflow-check -i npu_dump/step0 -o overflow_out
   pytest-msprobe grad-compare run1/ run2/ -o grad_out/
   pytest-msprobe repair-dump dump/step0/rank
 

@@ -128,7 +128,7 @@ def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, optio
         recording = rec.load(case, options, required=False) if mode == REAL_DATA else None
         if recording is not None:       # replay fidelity: the device output against the recorded one
             mapping = adapter.gradient_mapping(device, call) if device.backward_ran else []
-            cells = rec.fidelity(name, case.api, device, mapping, recording)
+            cells = rec.fidelity(name, case.api, device, mapping, recording, call)
     bench_grads, dev_grads = list(bench.grads), list(device.grads)
     if amp is not None:
         dev_grads = autocast.lowered_grads(amp, case.api, args, kwargs, dev_grads)

@@ -1,0 +1,59 @@
+"""``pytest-msprobe compare -tp TARGET -gp GOLDEN -o OUT``: msprobe's compare of two runs, API by API."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+
+DESCRIPTION = """Compare a target run's dump with a golden run's dump, API by API, as msprobe's compare does.
+
+TARGET and GOLDEN are two dump.json files, two rank directories, or two step directories (rank subdirectories
+are paired by sorted rank). The mode follows dump.json's task: tensor (real data), statistics, or md5 (a
+statistics dump with CRC32 values). One compare_result_{rank}_{timestamp}.csv per rank is written to OUT."""
+
+EPILOG = """examples:
+  pytest-msprobe compare -tp npu_dump/step0 -gp gpu_dump/step0 -o compare_out
+  pytest-msprobe compare -tp npu_dump/step0 -gp gpu_dump/step0 -o compare_out -da
+  pytest-msprobe compare -tp npu/step0/rank0/dump.json -gp gpu/step0/rank0/dump.json -o out -fm
+
+exit status: 0 compared (whatever the results), 2 nothing could be compared."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-tp", "--target_path", required=True, metavar="TARGET", help="the run under test")
+    parser.add_argument("-gp", "--golden_path", required=True, metavar="GOLDEN", help="the reference run")
+    parser.add_argument("-o", "--output_path", default="./output", metavar="OUT",
+                        help="result directory, created (default ./output)")
+    parser.add_argument("-fm", "--fuzzy_match", action="store_true",
+                        help="match calls by name without their call index")
+    parser.add_argument("-da", "--diff_analyze", action="store_true",
+                        help="also name the first divergence: diff_analyze_{time}.json in OUT")
+    parser.add_argument("--xlsx", action="store_true", help="write .xlsx instead of .csv (needs openpyxl)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pytest_msprobe.runs_compare.inputs import CompareInputError
+    from pytest_msprobe.runs_compare.runner import compare_runs
+
+    if args.xlsx and importlib.util.find_spec("openpyxl") is None:
+        print("pytest-msprobe compare: error: --xlsx needs openpyxl, which is not installed; "
+              "install it (pip install openpyxl) or leave out --xlsx for CSV", file=sys.stderr)
+        return 2
+    try:
+        results = compare_runs(args.target_path, args.golden_path, args.output_path, fuzzy=args.fuzzy_match,
+                               xlsx=args.xlsx, report=lambda line: print(line, file=sys.stderr))
+    except CompareInputError as exc:
+        print(f"pytest-msprobe compare: error: {exc}", file=sys.stderr)
+        return 2
+    if not results:
+        print("pytest-msprobe compare: nothing was compared", file=sys.stderr)
+        return 2
+    for result in results:
+        print(f"compare: {result.pair.label or 'dump'} ({result.mode}, {len(result.lines)} rows) -> {result.path}")
+    if args.diff_analyze:
+        from pytest_msprobe.runs_compare.diverge import analyze_and_write
+        path, summary = analyze_and_write(results, args.output_path)
+        print(summary)
+        if path:
+            print(f"first divergence -> {path}")
+    return 0

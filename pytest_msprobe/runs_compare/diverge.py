@@ -1,0 +1,339 @@
+"""The first divergence of two runs: the first call, in execution order and across ranks, whose outputs differ
+beyond what its inputs' difference and its dtype explain (docs/compare.md, "The first divergence").
+
+For each call (a forward or a backward entry, in dump.json order, which is the order they ran), each matched
+floating output gets the error two correct runs may show: :func:`pytest_msprobe.precision.expected_error.
+expected_error_from_stats` of the API, its dtype and the golden statistics, told how far the call's inputs
+already differ (``input_rel_error``), then :meth:`~pytest_msprobe.precision.expected_error.Expected.pair`. The
+observed difference divided by that is the call's multiple; the first call whose multiple is beyond
+:data:`~pytest_msprobe.precision.expected_error.WITHIN` is the divergence. The observed difference comes from the
+tensors when the dumps hold them (exact), from the statistics otherwise (a lower bound: the call is named only
+when even the bound is beyond), from the CRC32 values in md5 mode (a call whose inputs are bit-equal and whose
+outputs are not).
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dumpers import format as fmt
+
+from .table import MD5, TENSOR
+
+COMM_PREFIXES = ("Distributed.", "MintDistributed.")
+SKIPPED_APIS = ("Torch.empty.", "Torch.fill.", "Tensor.__setitem__.")
+
+
+@dataclass
+class Finding:
+    """What the walk found on one rank."""
+
+    rank: int
+    label: str
+    node: dict | None                   # the diff_analyze node of the first divergence, None: none
+    position: tuple = (0, 0)             # (communication calls before it, position in the dump)
+    source: str = ""
+    checked: int = 0                     # calls whose outputs were judged
+    notes: list = field(default_factory=list)
+
+
+def _float_dtype(dtype: str) -> bool:
+    return bool(dtype) and any(word in dtype.lower() for word in ("float", "bf16", "half", "double"))
+
+
+def _num(value: Any) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return out
+
+
+def _scale(stats: list) -> float:
+    return max(abs(_num(stats[0])), abs(_num(stats[1]))) if stats else math.nan
+
+
+def _stat_gap(a: float, b: float) -> float:
+    """|a - b| of one statistic: 0 when equal (infinities included) or unknown on a side; inf when one side is
+    finite and the other not."""
+    if a == b or math.isnan(a) and math.isnan(b):
+        return 0.0
+    if math.isfinite(a) and math.isfinite(b):
+        return abs(a - b)
+    if math.isnan(a) or math.isnan(b):
+        return math.inf if (math.isnan(a) != math.isnan(b)) else 0.0
+    return math.inf
+
+
+def stats_observed(target: list, golden: list, numel: int) -> tuple:
+    """(max-abs lower bound, mean-abs lower bound) of a difference from the four statistics of each side:
+    ``|dMax|``, ``|dMin|`` and ``|dMean|`` never exceed the largest element difference, ``|dMean|`` never
+    exceeds the mean absolute difference, ``|dNorm| / sqrt(N)`` never exceeds the root mean square one."""
+    t, g = [_num(v) for v in target], [_num(v) for v in golden]
+    gaps = [_stat_gap(a, b) for a, b in zip(t, g)]
+    if len(gaps) < 4:
+        return 0.0, 0.0
+    d_max, d_min, d_mean, d_norm = gaps
+    return max(d_max, d_min, d_mean, d_norm / math.sqrt(max(numel, 1))), d_mean
+
+
+def _numel(row: Any) -> int:
+    shape = (row.item or {}).get("shape") if row is not None else None
+    n = 1
+    for s in shape or ():
+        n *= int(s) if isinstance(s, int) else 1
+    return n
+
+
+def _stat_dict(row: Any) -> dict:
+    item = row.item or {}
+    return {"dtype": item.get("dtype", ""), "shape": item.get("shape") or [], "Max": item.get("Max"),
+            "Min": item.get("Min"), "Mean": item.get("Mean"), "Norm": item.get("Norm")}
+
+
+def _module_path(construct: dict, key: str) -> list:
+    chain, seen = [key], {key}
+    parent = construct.get(key)
+    while isinstance(parent, str) and parent not in seen and len(chain) < 256:
+        chain.append(parent)
+        seen.add(parent)
+        parent = construct.get(parent)
+    return list(reversed(chain))
+
+
+def _call_name(key: str) -> str:
+    return key.rsplit(".", 1)[0] if key.endswith((".forward", ".backward")) else key
+
+
+def _input_divergence(lines: list, mode: str) -> float:
+    """The largest relative difference among a call's matched floating inputs (0 when they agree)."""
+    worst = 0.0
+    for line in lines:
+        t, g = line.target, line.golden
+        if g is None or not _float_dtype(t.dtype):
+            continue
+        scale = _scale(g.stats)
+        if mode == TENSOR and getattr(line, "observed", None) is not None:
+            peak, spread = line.observed[0], 0.0
+        else:
+            peak = stats_observed(t.stats, g.stats, _numel(g))[0]
+            spread = _norm_spread(t.stats, g.stats, _numel(g))
+        if peak == 0 and spread == 0:
+            continue
+        if not scale or math.isnan(scale) or math.isinf(peak):
+            return math.inf
+        worst = max(worst, peak / scale, spread)
+    return worst
+
+
+def _norm_spread(target: list, golden: list, numel: int) -> float:
+    """The relative root-mean-square difference of a tensor suggested by its norms: for a difference ``d``
+    uncorrelated with the tensor ``x``, ``|Norm(x + d) - Norm(x)|`` is about ``rms(d)``, so ``sqrt(N) |dNorm| /
+    Norm`` is about ``rms(d) / rms(x)``. An estimate, not a bound; it keeps the statistics' lower bounds from
+    understating how far a call's inputs already differ."""
+    t, g = _num(target[3]) if len(target) > 3 else math.nan, _num(golden[3]) if len(golden) > 3 else math.nan
+    if not (math.isfinite(t) and math.isfinite(g)) or g <= 0:
+        return 0.0
+    root_n = math.sqrt(max(numel, 1))
+    peak = _scale(golden)
+    tails = max(1.0, peak * root_n / g) if math.isfinite(peak) else 1.0
+    return root_n * abs(t - g) / g / math.sqrt(tails)
+
+
+def _node(key: str, lines: list, stack: Any, construct: dict, mode: str) -> dict:
+    def info(rows: list) -> dict:
+        out = {}
+        for line in rows:
+            t = line.target
+            if mode == MD5:
+                out[t.name] = {"NPU MD5": t.md5}
+            else:
+                out[t.name] = dict(zip(("NPU max", "NPU min", "NPU mean", "NPU l2norm"), t.stats))
+        return out
+    inputs = [line for line in lines if not line.is_output]
+    outputs = [line for line in lines if line.is_output]
+    return {"op_name": key, "data_info": {"input": info(inputs), "output": info(outputs)},
+            "stack_info": stack, "module_path": _module_path(construct, key)}
+
+
+def _forward_lines(groups: dict, key: str) -> list:
+    if not key.endswith(".backward"):
+        return []
+    return groups.get(key[: -len("backward")] + "forward", [])
+
+
+def _judge_call(key: str, lines: list, groups: dict, mode: str) -> dict | None:
+    """The figures of one call when an output diverges beyond its expected error, else None (or the figures of
+    its worst output with ``diverged`` False)."""
+    from ..precision import expected_error as ee
+
+    inputs = [line for line in lines if not line.is_output]
+    outputs = [line for line in lines if line.is_output and line.golden is not None and _float_dtype(line.target.dtype)]
+    if not outputs:
+        return None
+    backward = key.endswith(".backward")
+    forward_inputs = [line for line in _forward_lines(groups, key) if not line.is_output] if backward else inputs
+    if mode == MD5:
+        if any(line.golden is None or line.target.md5 != line.golden.md5 for line in inputs + forward_inputs):
+            return None
+        bad = [line for line in outputs if line.target.md5 != line.golden.md5]
+        if not bad:
+            return None
+        return {"diverged": True, "multiple": math.inf, "output": bad[0].target.name, "source": "md5",
+                "confidence": "high where the runs are otherwise bit-exact: a call whose inputs are bit-equal "
+                              "gave different outputs"}
+    rel_in = max(_input_divergence(inputs, mode), _input_divergence(forward_inputs, mode))
+    if math.isinf(rel_in):
+        return None
+    tensor_stats = [_stat_dict(line.golden) for line in forward_inputs
+                    if line.golden is not None and (line.golden.item or {}).get("type") in fmt.TENSOR_TYPES]
+    grad_stat = None
+    if backward:
+        grads = [line for line in inputs if line.golden is not None and _float_dtype(line.golden.dtype)]
+        grad_stat = _stat_dict(grads[0].golden) if grads else None
+    api = _call_name(key)
+    worst: dict | None = None
+    for index, line in enumerate(outputs):
+        g = line.golden
+        numel = _numel(g)
+        if mode == TENSOR and getattr(line, "observed", None) is not None:
+            observed = ee.Observed(*line.observed)
+            source = "tensors"
+        else:
+            observed = ee.Observed(*stats_observed(line.target.stats, g.stats, numel))
+            source = "statistics"
+        if observed.max_abs == 0 and observed.mean_abs == 0 or _surely_within(ee, observed, g):
+            continue
+        position = _output_position(line.target.name)
+        try:
+            expected = two_devices(ee.expected_error_from_stats(
+                api, g.dtype, tensor_stats, _stat_dict(g), direction="backward" if backward else "forward",
+                index=position if backward else index, grad_output_stat=grad_stat, input_rel_error=rel_in))
+        except (ValueError, ZeroDivisionError):
+            continue
+        multiple = ee.multiple(observed, expected)
+        if worst is None or multiple > worst["multiple"]:
+            worst = {"diverged": multiple > ee.WITHIN, "multiple": multiple, "output": line.target.name,
+                     "observed_max_abs": observed.max_abs, "observed_mean_abs": observed.mean_abs,
+                     "expected_max_abs": expected.max_abs, "expected_mean_abs": expected.mean_abs,
+                     "input_relative_divergence": rel_in, "basis": expected.basis, "family": expected.family,
+                     "reduction_length": expected.reduction_length, "source": source,
+                     "confidence": ("exact: the difference measured on the tensors" if source == "tensors" else
+                                    "lower bound: the statistics' differences bound the tensors' from below, so "
+                                    "a call named from them diverges at least this much; a smaller divergence "
+                                    "can pass unseen")}
+    return worst
+
+
+def _surely_within(ee: Any, observed: Any, golden: Any) -> bool:
+    """Whether the final rounding alone covers the observed difference, without asking the model: each device
+    rounds every element by up to ``u |y|`` (``u`` the dtype's unit roundoff) and by about ``u |y| / 2`` on
+    average, so two devices may differ by ``2 u max|y|`` at most and ``u mean|y|`` on average (``|Mean|`` is below
+    ``mean|y|``). The model's figures always include that rounding, so such a call is within them."""
+    try:
+        u = ee.unit_roundoff(golden.dtype)
+    except ValueError:
+        return False
+    scale = _scale(golden.stats)
+    mean = abs(_num(golden.stats[2]))
+    if not (math.isfinite(scale) and math.isfinite(mean)):
+        return False
+    return observed.max_abs <= 2 * u * scale and observed.mean_abs <= u * mean
+
+
+def two_devices(expected: Any) -> Any:
+    """What two correct runs on two devices may differ by: each is within ``expected`` of the exact result, so
+    their difference is within the sum of both (the triangle inequality): twice the max-abs and twice the mean-abs
+    figure. (``Expected.pair`` assumes the same final rounding on both sides, which two devices need not share.)"""
+    return replace(expected, max_abs=2.0 * expected.max_abs, mean_abs=2.0 * expected.mean_abs,
+                   compute_mean_abs=2.0 * expected.compute_mean_abs,
+                   basis=expected.basis + "; two devices: twice each figure")
+
+
+def _output_position(name: str) -> int:
+    tail = name.rsplit(".output.", 1)[-1]
+    head = tail.split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+def first_divergence(result: Any) -> Finding:
+    """Walk one rank pair's compared calls in execution order for the first divergence."""
+    groups: dict = {}
+    for line in result.lines:
+        groups.setdefault(line.target.key, []).append(line)
+    finding = Finding(result.pair.rank, result.pair.label, None)
+    comm = 0
+    for position, (key, lines) in enumerate(groups.items()):
+        if key.startswith(SKIPPED_APIS) or key.split(".", 1)[0] in fmt.MODULE_PREFIXES:
+            continue
+        judged = _judge_call(key, lines, groups, result.mode)
+        if judged is not None:
+            finding.checked += 1
+        if judged is not None and judged.get("diverged"):
+            stack = None
+            if result.target.stack is not None:
+                stack = result.target.stack.get(key) or result.target.stack.get(
+                    key[: -len("backward")] + "forward" if key.endswith(".backward") else key)
+            node = _node(key, lines, stack, result.target.construct, result.mode)
+            node.update({k: v for k, v in judged.items() if k != "diverged"})
+            node["rank"] = result.pair.rank
+            node["execution_index"] = position
+            finding.node, finding.position, finding.source = node, (comm, position), judged["source"]
+            return finding
+        if key.startswith(COMM_PREFIXES):
+            comm += 1
+    return finding
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def analyze(results: list) -> tuple:
+    """(document, findings): the diff_analyze document (``{"rank_N": [node]}``, the first divergence across
+    ranks first), empty when no call diverges beyond noise."""
+    findings = [first_divergence(result) for result in results]
+    found = sorted((f for f in findings if f.node is not None), key=lambda f: (f.position, f.rank))
+    doc: dict = {}
+    for i, f in enumerate(found):
+        node = dict(f.node)
+        node["first_across_ranks"] = i == 0
+        doc[f"rank_{f.rank}"] = [_jsonable(node)]
+    return doc, findings
+
+
+def summary_line(doc: dict, findings: list) -> str:
+    if not doc:
+        checked = sum(f.checked for f in findings)
+        return (f"first divergence: none beyond noise ({checked} calls judged on {len(findings)} rank(s): every "
+                "output within what its inputs' difference and its dtype allow)")
+    rank, nodes = next(iter(doc.items()))
+    node = nodes[0]
+    multiple = node.get("multiple")
+    path = " > ".join(p for p in node.get("module_path", [])[:-1] if p)
+    if node.get("source") == "md5":
+        how = f"{node.get('output')} differs while every input is bit-equal, from md5"
+    else:
+        times = f"{multiple:.1f}x" if isinstance(multiple, float) else str(multiple)
+        how = f"{node.get('output')}: {times} the expected error of two correct runs, from {node.get('source')}"
+    return f"first divergence: {rank} {node['op_name']} ({how}){' in ' + path if path else ''}"
+
+
+def analyze_and_write(results: list, out_dir: str) -> tuple:
+    """Write ``diff_analyze_{time_ns}.json`` into ``out_dir`` when a call diverges; (path or None, summary)."""
+    doc, findings = analyze(results)
+    line = summary_line(doc, findings)
+    if not doc:
+        return None, line
+    path = os.path.join(out_dir, f"diff_analyze_{time.time_ns()}.json")
+    fmt.write_json_atomic(path, doc, fsync=False)
+    return path, line

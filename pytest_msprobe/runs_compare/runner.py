@@ -1,0 +1,194 @@
+"""Compare one rank pair and write its ``compare_result_{rank}_{timestamp}.csv``; compare every pair of a run."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from dumpers import atomic
+from dumpers.csvcell import FORMULA_LEAD
+
+from . import match, table
+from .inputs import CompareInputError, Pair, Side, pairs_of, read_side
+from .rows import dump_rows
+
+MAX_TENSOR_BYTES = 1 << 32
+PREFIX = "compare_result"
+
+
+@dataclass
+class PairResult:
+    """What one rank pair gave: its lines (target order), the mode, the file written, and notes."""
+
+    pair: Pair
+    mode: str
+    lines: list
+    target: Side
+    golden: Side
+    path: str | None = None
+    notes: list = field(default_factory=list)
+
+
+def cell_text(value: Any) -> str:
+    """A cell as msprobe's CSV writes it (floats shortest round-trip, infinities with a leading space)."""
+    if isinstance(value, float):
+        if math.isinf(value):
+            return " inf" if value > 0 else " -inf"
+        return repr(value)
+    if isinstance(value, bool):
+        return str(value)
+    return str(value)
+
+
+def _guard(text: str) -> str:
+    """Spreadsheet formula guard for text from a dump: a leading ``= + - @`` on a non-number gets an apostrophe."""
+    if text and text[0] in FORMULA_LEAD and text.strip() not in (" inf", "-inf", "inf"):
+        try:
+            float(text.rstrip("%"))
+        except ValueError:
+            return "'" + text
+    return text
+
+
+def _tensor_loader(side: Side) -> Callable:
+    def load(row: Any) -> Any:
+        import numpy as np
+        import torch
+
+        from generators.real_data import load_tensor_file
+        if side.tensor_dir is None:
+            raise FileNotFoundError(side.tensor_problem or "no tensor directory")
+        tensor = load_tensor_file(side.tensor_dir, row.item, max_bytes=MAX_TENSOR_BYTES).detach()
+        if tensor.dtype == torch.bfloat16:
+            tensor = tensor.float()
+        return np.squeeze(tensor.numpy())
+    return load
+
+
+def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: bool = True) -> tuple:
+    """(mode, lines, notes) of one pair: rows listed, paired, their metric cells and the checkers' verdicts.
+
+    Raises:
+        CompareInputError: the two dumps were taken in different modes.
+    """
+    if target.mode != golden.mode:
+        raise CompareInputError(f"{target.dump_json} is a {target.mode} dump but {golden.dump_json} is a "
+                                f"{golden.mode} dump; compare dumps taken with the same task and summary_mode")
+    mode = target.mode
+    notes = list(target.problems) + list(golden.problems)
+    t_rows, g_rows = dump_rows(target.data, notes), dump_rows(golden.data, notes)
+    pairs = match.fuzzy(t_rows, g_rows) if fuzzy else match.exact(t_rows, g_rows)
+    unmatched = sum(1 for _, g in pairs if g is None)
+    if unmatched:
+        notes.append(f"{unmatched} of {len(pairs)} rows of {target.dump_json} have no golden row (Bench Name N/A)")
+    lines = [table.Line(t, g) for t, g in pairs]
+    first_of: set = set()
+    if target.stack is not None:
+        for line in lines:
+            key = line.target.key
+            if key not in first_of:
+                first_of.add(key)
+                frames = target.stack.get(key)
+                line.stack = str(frames) if frames is not None else None
+    if mode == table.STATISTICS:
+        for line in lines:
+            line.metrics = table.statistics_metrics(line)
+    elif mode == table.TENSOR:
+        load_t, load_g = _tensor_loader(target), _tensor_loader(golden)
+        for line in lines:
+            if tensors:
+                line.metrics = table.tensor_cells(line, load_t, load_g)
+            else:
+                line.metrics = ["unsupported"] * 6
+    groups: dict = {}
+    for line in lines:
+        groups.setdefault(line.target.key, []).append(line)
+    for group in groups.values():
+        table.check_api(group, mode)
+    return mode, lines, notes
+
+
+def _texts(cells: list) -> list:
+    """Cell texts of one line; the names and dtypes (text from the dump) pass the formula guard."""
+    out = [v if type(v) is str else cell_text(v) for v in cells]
+    for i in range(4):
+        out[i] = _guard(out[i])
+    return out
+
+
+def render_csv(lines: list, mode: str, stack: bool) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(table.header(mode, stack))
+    writer.writerows(_texts(table.cells_of(line, mode, stack)) for line in lines)
+    return buf.getvalue()
+
+
+def timestamp() -> str:
+    return time.strftime("%Y%m%d%H%M%S", time.localtime())
+
+
+def compare_pair(pair: Pair, out_dir: str, *, fuzzy: bool = False, stamp: str | None = None,
+                 xlsx: bool = False) -> PairResult:
+    """Compare one pair and write its file into ``out_dir``.
+
+    Raises:
+        CompareInputError: a side cannot be read, or the modes differ.
+    """
+    target, golden = read_side(pair.target), read_side(pair.golden)
+    mode, lines, notes = build_lines(target, golden, fuzzy=fuzzy)
+    stack = target.stack is not None
+    suffix = f"_{pair.label}" if pair.label else ""
+    name = f"{PREFIX}{suffix}_{stamp or timestamp()}"
+    result = PairResult(pair, mode, lines, target, golden, notes=notes)
+    if xlsx:
+        result.path = _write_xlsx(os.path.join(out_dir, name + ".xlsx"), lines, mode, stack)
+    else:
+        path = os.path.join(out_dir, name + ".csv")
+        atomic.write_text(path, render_csv(lines, mode, stack), mode=0o640, fsync=False)
+        result.path = path
+    return result
+
+
+def _write_xlsx(path: str, lines: list, mode: str, stack: bool) -> str:
+    from openpyxl import Workbook
+
+    book = Workbook()
+    sheet = book.active
+    sheet.append(table.header(mode, stack))
+    for line in lines:
+        sheet.append(_texts(table.cells_of(line, mode, stack)))
+    tmp = path + ".tmp"
+    book.save(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def compare_runs(target: str, golden: str, out_dir: str, *, fuzzy: bool = False, xlsx: bool = False,
+                 report: Callable[[str], None] = print) -> list:
+    """Compare every rank pair named by ``target`` and ``golden``; a pair that fails is reported in one line and
+    the others go on. Returns the :class:`PairResult` of each compared pair.
+
+    Raises:
+        CompareInputError: the inputs cannot be paired at all.
+    """
+    pairs, notes = pairs_of(target, golden)
+    for note in notes:
+        report(note)
+    os.makedirs(out_dir, exist_ok=True)
+    stamp = timestamp()
+    results = []
+    for pair in pairs:
+        try:
+            result = compare_pair(pair, out_dir, fuzzy=fuzzy, stamp=stamp, xlsx=xlsx)
+        except CompareInputError as exc:
+            report(f"{pair.label or pair.target}: SKIP, {exc}")
+            continue
+        for note in result.notes:
+            report(f"{pair.label or 'compare'}: {note}")
+        results.append(result)
+    return results
