@@ -34,6 +34,7 @@ class NotRecorded:
     """The place of an output whose recorded value is not available, and why."""
 
     reason: str
+    damaged: bool = False       # a tensor file was recorded but cannot be read (missing, refused, corrupt)
 
     def __bool__(self) -> bool:
         return False
@@ -173,7 +174,7 @@ def load_recorded(case: Any, *, max_bytes: int | None = None, directions: tuple 
             try:
                 tensor = load_tensor_file(case.tensor_dir, item, max_bytes=remaining[0], where=where)
             except TensorFileError as exc:
-                return NotRecorded(str(exc))
+                return NotRecorded(str(exc), damaged=True)
             remaining[0] -= tensor.element_size() * tensor.nelement()
             return tensor
         return _make

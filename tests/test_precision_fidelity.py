@@ -152,3 +152,56 @@ def test_dtype_shape_integers_values_and_containers():
     assert F.compare_values(np.ones(3, np.float32), torch.ones(3)).verdict == F.EXACT
     empty = F.compare_tensors(torch.zeros(0), torch.zeros(0))
     assert empty.verdict == F.EXACT
+
+
+# --- judged by the expected error of the call ------------------------------------------------------------------
+def _np(t):
+    return t.detach().to(torch.float64).numpy()
+
+
+def test_hf32_replay_of_a_conv_is_within_rounding():
+    """The checker rounds fp32 conv inputs to HF32; the recording came from the unrounded ones."""
+    from generators.inputs import _hf32
+    from pytest_msprobe.precision import expected_error as ee
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 8, 12, 12, generator=gen), torch.randn(16, 8, 3, 3, generator=gen)
+    recorded = torch.nn.functional.conv2d(x, w)
+    replayed = torch.nn.functional.conv2d(_hf32(x), _hf32(w))
+    assert F.compare_values(replayed, recorded).verdict == F.DIFFERS          # the ULP rule cries wolf
+    expected = ee.expected_error("conv2d", torch.float32, [_np(_hf32(x)), _np(_hf32(w))], _np(replayed),
+                                 input_dtype="hf32")
+    fid = F.compare_expected(replayed, recorded, expected)
+    assert fid.verdict == F.WITHIN and fid.text.startswith("within rounding (") and 0 < fid.multiple <= ee.WITHIN
+    assert "x expected): max abs diff" in fid.text and "% of elements" in fid.text
+    planted = F.compare_expected(replayed, recorded * 1.005, expected)
+    assert planted.verdict == F.DIFFERS and planted.text.startswith("differs (") and planted.multiple > 4 * ee.WITHIN
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reduction_split_like_two_threads_is_within_rounding(dtype):
+    """layer_norm's weight gradient summed over rows in one run or as two halves (two threads)."""
+    from pytest_msprobe.precision import expected_error as ee
+    gen = torch.Generator().manual_seed(1)
+    x, g = torch.randn(4096, 64, generator=gen), torch.randn(4096, 64, generator=gen)
+    xhat = torch.nn.functional.layer_norm(x, (64,))
+    terms = (g * xhat).float()
+    recorded = (terms[:2048].sum(0) + terms[2048:].sum(0)).to(dtype)
+    replayed = terms.sum(0).to(dtype)
+    w, b = torch.ones(64), torch.zeros(64)
+    expected = ee.expected_error("layer_norm", dtype, [_np(x), _np(w), _np(b)], _np(replayed),
+                                 kwargs={"normalized_shape": (64,)}, direction="backward", index=1, grad_output=_np(g))
+    assert expected.reduction_length == 4096
+    fid = F.compare_expected(replayed, recorded, expected)
+    assert fid.verdict in (F.EXACT, F.WITHIN), fid.text
+    assert F.compare_expected(replayed, (replayed.double() * 1.005).to(dtype), expected).verdict == F.DIFFERS
+
+
+def test_without_an_estimate_the_ulp_rule_answers():
+    a = torch.ones(4)
+    assert F.compare_expected(a, a.clone(), None).text == "exact"
+    assert F.compare_expected(a, torch.nextafter(a, torch.tensor(2.0)), None).verdict == F.CLOSE
+
+
+def test_not_compared_cell():
+    fid = F.not_compared("x.pt: not a tensor file")
+    assert fid.text == "not compared: x.pt: not a tensor file" and fid.faithful

@@ -122,12 +122,11 @@ def test_replay_fidelity_on_the_planted_dump(pytester, sample):
     header, _ = _csv(str(out / "accuracy_checking_details_*.csv"))
     assert header[-2:] == ["Data Mode", FIDELITY]
     differs = {n: r[FIDELITY] for n, r in details.items() if r[FIDELITY].startswith("differs")}
-    assert GELU_OUT in differs
-    assert len(differs) <= 3, differs
+    assert list(differs) == [GELU_OUT], differs        # a GEMM summed in another order is within rounding
     for text in differs.values():
-        assert "max abs diff" in text and " ulp, " in text and "% of elements" in text
+        assert " x expected): max abs diff" in text and " ulp, " in text and "% of elements" in text
     filled = [r[FIDELITY] for r in details.values() if r[FIDELITY]]
-    assert len(filled) >= 20 and all(t.split(":")[0].split(" ")[0] in ("exact", "close", "differs") for t in filled)
+    assert len(filled) >= 20 and all(t.split(":")[0].split(" ")[0] in ("exact", "within", "differs") for t in filled)
     text = result.stdout.str()
     assert "replay fidelity:" in text and "unfaithful" in text and GELU_OUT in text
     # report mode: the planted recording does not change the item outcome
@@ -187,6 +186,14 @@ def test_ini_device_type_recorded_and_missing_files_skip(pytester, sample):
     assert outcomes.get("skipped") == 2 and "failed" not in outcomes
 
 
+def test_damaged_recorded_file_says_so(pytester, sample):
+    """A recorded output that cannot be read is not a blank cell (blank: nothing recorded) but says why."""
+    (sample / fmt.TENSOR_DIR / "Functional.gelu.0.forward.output.0.pt").write_bytes(b"not a tensor file")
+    _, out = _run(pytester, sample, "--msprobe-device-type", "cpu", "--msprobe-fidelity", "strict")
+    cell = _details(out)[GELU_OUT][FIDELITY]
+    assert cell.startswith("not compared: ") and "Functional.gelu.0" in cell, cell
+
+
 # --- our own fp16 dump ---------------------------------------------------------------------------------------
 def test_fp16_dump_recorded_matches_the_cpu_replay(pytester, fp16_dump):
     """Replayed with the training's CPU thread count (the same reduction order) every replay is faithful."""
@@ -200,7 +207,7 @@ def test_fp16_dump_recorded_matches_the_cpu_replay(pytester, fp16_dump):
     assert a[GELU_OUT]["DEVICE Dtype"] == "torch.float16" == b[GELU_OUT]["DEVICE Dtype"]
     same = [n for n in a if n in b and a[n]["Status"] == b[n]["Status"]]
     assert len(same) >= 0.95 * len(a), sorted(set(a) - set(same))
-    assert all(r[FIDELITY].startswith(("exact", "close")) for r in a.values() if r[FIDELITY]), \
+    assert all(r[FIDELITY].startswith(("exact", "within rounding")) for r in a.values() if r[FIDELITY]), \
         {n: r[FIDELITY] for n, r in a.items()}
     _plant_gelu(dump)
     _, planted = _run(pytester, dump, "--msprobe-device-type", "recorded")
@@ -209,7 +216,7 @@ def test_fp16_dump_recorded_matches_the_cpu_replay(pytester, fp16_dump):
     assert sorted(n for n in b if b[n]["Status"] != c[n]["Status"]) == [GELU_OUT]
     _, replayed = _run(pytester, dump, "--msprobe-device-type", "cpu", *threads)
     d = _details(replayed)
-    assert d[GELU_OUT][FIDELITY].startswith("differs: max abs diff")
+    assert d[GELU_OUT][FIDELITY].startswith("differs (")
     assert [n for n, r in d.items() if r[FIDELITY].startswith("differs")] == [GELU_OUT]
 
 
@@ -261,7 +268,7 @@ def test_mindspore_dump_recorded_and_fidelity(pytester, tmp_path):
     _, replay = _run(pytester, dump)
     a = _details(replay)
     softmax = "Functional.softmax.0.forward.output.0"
-    assert a[softmax][FIDELITY].startswith(("exact", "close")), a[softmax]
+    assert a[softmax][FIDELITY].startswith(("exact", "within rounding")), a[softmax]
     _, rec = _run(pytester, dump, "--msprobe-device-type", "recorded")
     b = _details(rec)
     assert _norm(b[softmax]["Status"]) == "pass" and b[softmax][FIDELITY] == ""
@@ -269,6 +276,6 @@ def test_mindspore_dump_recorded_and_fidelity(pytester, tmp_path):
     path = dump / fmt.TENSOR_DIR / "Functional.softmax.0.forward.output.0.npy"
     np.save(path, np.load(path) * np.float32(1.005))
     _, replanted = _run(pytester, dump, "-n", "2")
-    assert _details(replanted)[softmax][FIDELITY].startswith("differs: max abs diff")
+    assert _details(replanted)[softmax][FIDELITY].startswith("differs (")
     _, rec2 = _run(pytester, dump, "--msprobe-device-type", "recorded", "-n", "2")
     assert _norm(_details(rec2)[softmax]["Status"]) in ("warning", "error")

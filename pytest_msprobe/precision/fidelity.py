@@ -1,8 +1,12 @@
 """Replay fidelity: a replayed device output against the one the training run recorded, element by element.
 
-Three answers: ``exact`` (every element bitwise equal), ``close (max N ulp, limit L)`` (every element within
-the dtype's ULP limit of :data:`CLOSE_ULP`) and ``differs: max abs diff X, max N ulp, F% of elements`` (F: the
-share of elements beyond the limit). The ULP here is the integer distance between two floats, done the
+Judged by the expected error of the call (:func:`compare_expected`, :mod:`.expected_error`): ``exact`` (every
+element bitwise equal), ``within rounding (k x expected): ...`` (the difference is what two correct kernels of
+the call may differ by) or ``differs (N x expected): max abs diff X, max N ulp, F% of elements`` (F: the share
+of elements that differ at all). Without an estimate (:func:`compare_values`): ``exact``, ``close (max N ulp,
+limit L)`` (every element within the dtype's ULP limit of :data:`CLOSE_ULP`) or ``differs: ...`` (F: the share
+of elements beyond the limit). ``not compared: REASON``: the recorded file is there but cannot be read.
+The ULP here is the integer distance between two floats, done the
 ``numpy.testing`` way (view as integers of the same width, negative values mirrored so that the integers are
 monotonic in the float values, bfloat16 as int16, every NaN alike), not the standard's scaled ULP error.
 Pure functions over numpy arrays and torch tensors; no pytest, no I/O.
@@ -16,7 +20,9 @@ import numpy as np
 
 EXACT = "exact"
 CLOSE = "close"
+WITHIN = "within rounding"
 DIFFERS = "differs"
+NOT_COMPARED = "not compared"
 
 # ULP limit of "close", by dtype. Results of dtypes narrower than float32 are float32 computations rounded
 # once to the dtype: two faithful runs of the call can fall on either side of one rounding boundary, 1 ULP.
@@ -44,6 +50,7 @@ class Fidelity:
     max_abs: float | None = None
     max_ulp: int | None = None
     fraction: float | None = None   # share of elements beyond the ULP limit (or unequal, for integers)
+    multiple: float | None = None   # the difference as a multiple of the expected one (compare_expected)
 
     @property
     def faithful(self) -> bool:
@@ -244,3 +251,52 @@ def _kind(x: Any) -> str:
 def _short(x: Any, limit: int = 40) -> str:
     text = repr(x)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def not_compared(reason: str) -> Fidelity:
+    """The cell of a row whose recorded file exists but could not be read (damaged, refused)."""
+    return Fidelity(NOT_COMPARED, f"{NOT_COMPARED}: {reason}")
+
+
+def _float_numpy(t: Any) -> np.ndarray:
+    import torch
+
+    t = _as_torch(t)
+    return (t.float() if t.dtype in (torch.bfloat16, torch.float16) or not t.is_floating_point() else t).numpy()
+
+
+def compare_expected(replayed: Any, recorded: Any, expected: Any) -> Fidelity:
+    """Fidelity of one replayed tensor judged by the expected error of the call.
+
+    ``expected``: an :class:`.expected_error.Expected` for one correct run of the call (its ``pair()`` figures
+    are what two correct runs may differ by); None falls back to :func:`compare_values`. The cell is
+    ``exact``, ``within rounding (k x expected): FIGURES`` or ``differs (N x expected): FIGURES`` with
+    FIGURES ``max abs diff X, max N ulp, F% of elements`` (F: the share of elements that differ at all).
+    """
+    from . import expected_error as ee
+
+    base = compare_values(replayed, recorded)
+    if expected is None or base.verdict == EXACT or not (_is_tensor(replayed) and _is_tensor(recorded)):
+        return base
+    tr, tc = _as_torch(replayed), _as_torch(recorded)
+    if tr.dtype != tc.dtype or tr.shape != tc.shape or not tr.is_floating_point() or base.max_abs is None:
+        return base
+    a, b = _float_numpy(tr).reshape(-1), _float_numpy(tc).reshape(-1)
+    observed = ee.observe(a, b)
+    m = ee.multiple(observed, expected.pair())
+    n = a.size
+    unequal = int(np.count_nonzero((a != b) & ~(np.isnan(a) & np.isnan(b))))
+    fraction = unequal / n if n else 0.0
+    figures = f"max abs diff {_abs_text(base.max_abs)}, max {base.max_ulp} ulp, {_percent(fraction)} of elements"
+    if observed.mismatched_nonfinite:
+        figures += (f", NaN or inf against a number at {observed.mismatched_nonfinite} element"
+                    f"{'s' if observed.mismatched_nonfinite != 1 else ''}")
+    if ee.classify(m) == ee.BEYOND_ROUNDING:
+        return Fidelity(DIFFERS, f"{DIFFERS} ({_times(m)} x expected): {figures}", base.max_abs, base.max_ulp,
+                        fraction, m)
+    return Fidelity(WITHIN, f"{WITHIN} ({_times(m)} x expected): {figures}", base.max_abs, base.max_ulp,
+                    fraction, m)
+
+
+def _times(m: float) -> str:
+    return "inf" if m == float("inf") else f"{m:.2g}"

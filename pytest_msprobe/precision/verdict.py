@@ -21,7 +21,7 @@ FAIL_ON_CHOICES = (ERROR, WARNING)
 DEFAULT_FAIL_ON = ERROR
 
 # replay fidelity (the Replay Fidelity cell starts with one of these; strict fails an unfaithful replay)
-FAITHFUL = ("exact", "close")
+FAITHFUL = ("exact", "within", "close")      # first word of the cell ("within rounding (...)")
 UNFAITHFUL = "differs"
 STRICT_FIDELITY = "strict"
 

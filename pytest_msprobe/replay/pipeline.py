@@ -117,7 +117,7 @@ def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, optio
         recording = rec.load(case, options, required=False) if mode == REAL_DATA else None
         if recording is not None:       # replay fidelity: the device output against the recorded one
             mapping = adapter.gradient_mapping(device, call) if device.backward_ran else []
-            cells = rec.fidelity(name, case.api, device, mapping, recording)
+            cells = rec.fidelity(name, case.api, device, mapping, recording, call)
     bench_grads, dev_grads = list(bench.grads), list(device.grads)
     if bench.message or device.message:
         messages.append(bench.message or device.message)

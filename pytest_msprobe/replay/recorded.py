@@ -103,29 +103,69 @@ def device_backward(name: str, bench_grads: list, mapping: list, recorded: Any, 
     return grads, skips
 
 
-def fidelity(name: str, api: str, device: Any, mapping: list, recorded: Any) -> dict:
+def _numpy_leaves(value: Any) -> list:
+    """The floating-point tensors of a nested value as float numpy arrays (bf16/fp16 through float32)."""
+    import torch
+
+    from .sides import leaves
+    out = []
+    for leaf in leaves(value):
+        if isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or not leaf.is_complex()):
+            t = leaf.detach().cpu()
+            out.append((t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy())
+    return out
+
+
+def _expected(api: str, call: Any, value: Any, direction: str, index: int) -> Any:
+    """The expected error of one replayed output (None where it cannot be estimated: non-float, odd values)."""
+    import torch
+
+    from ..precision import expected_error as ee
+    from ..precision.standards import HF32_APIS
+    if call is None or not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        return None
+    try:
+        inputs = _numpy_leaves([list(call.args), dict(call.kwargs)])
+        options = {k: v for k, v in call.kwargs.items() if not isinstance(v, torch.Tensor)}
+        grads = _numpy_leaves(call.grad_output) if direction == BACKWARD else []
+        hf32 = "hf32" if api in HF32_APIS and value.dtype == torch.float32 else None
+        return ee.expected_error(api, value.dtype, inputs, _numpy_leaves(value)[0], kwargs=options,
+                                 direction=direction, index=index, grad_output=grads[0] if grads else None,
+                                 input_dtype=hf32)
+    except (ValueError, TypeError, IndexError, ArithmeticError):
+        return None
+
+
+def fidelity(name: str, api: str, device: Any, mapping: list, recorded: Any, call: Any = None) -> dict:
     """{row name: Fidelity} of every forward and gradient row of ``device`` whose output the dump recorded.
 
     A gradient row is judged on the replayed node gradient its mapping names, against the recorded one at the
-    same place (both in the node's layout: a transposed weight gradient needs no transposing).
+    same place (both in the node's layout: a transposed weight gradient needs no transposing). With ``call``
+    (the replayed call's inputs), each tensor is judged by the expected error of the call
+    (:func:`..precision.fidelity.compare_expected`); a recorded file that cannot be read is ``not compared``.
     """
     import torch
 
-    from ..precision.fidelity import compare_values
+    from ..precision.fidelity import compare_expected, not_compared
     cells: dict = {}
     out = device.out
     pairs = list(enumerate(out))[:1 if _first_only(api) else None] if isinstance(out, (list, tuple)) else [(0, out)]
     for i, value in pairs:
         rec = recorded.get(FORWARD, i)
         if not_recorded_reason(rec) is None:
-            cells[_row(name, FORWARD, i)] = compare_values(value, rec)
+            cells[_row(name, FORWARD, i)] = compare_expected(value, rec, _expected(api, call, value, FORWARD, i))
+        elif getattr(rec, "damaged", False):
+            cells[_row(name, FORWARD, i)] = not_compared(rec.reason)
     node_grads = getattr(device, "node_grads", None) or []
     for i, pick in enumerate(mapping):
         if pick is None or pick[0] >= len(node_grads):
             continue
         rec = recorded.get(BACKWARD, pick[0])
         if isinstance(rec, torch.Tensor) and node_grads[pick[0]] is not None:
-            cells[_row(name, BACKWARD, i)] = compare_values(node_grads[pick[0]], rec)
+            value = node_grads[pick[0]]
+            cells[_row(name, BACKWARD, i)] = compare_expected(value, rec, _expected(api, call, value, BACKWARD, i))
+        elif getattr(rec, "damaged", False):
+            cells[_row(name, BACKWARD, i)] = not_compared(rec.reason)
     return cells
 
 
