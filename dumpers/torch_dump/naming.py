@@ -53,6 +53,10 @@ class NamedCallMode(TorchFunctionMode):
     again. The dunders msprobe records by their body (``__rtruediv__``...) run with the mode on.
     """
 
+    #: True for a mode used without the dumper's reflected-slot wrappers: ``0.5 * x`` is then told from
+    #: ``x * 0.5`` by the calling code (:func:`dumpers.torch_dump.registry.reflected_operand`)
+    infer_reflected = False
+
     def __init__(self) -> None:
         super().__init__()
         registry = get_registry()
@@ -85,7 +89,7 @@ class NamedCallMode(TorchFunctionMode):
         if transparent:               # msprobe records what its body calls: run the body with the mode on
             with self:
                 return func.__wrapped__(*args, **kwargs)
-        name = self.lookup(func, args)
+        name = self.lookup(func, args, self.infer_reflected)
         if name is None or sys._getframe(1).f_code.co_filename.endswith(INTERNAL_CALLERS):
             return self.unnamed(func, args, kwargs)
         return self.named(name[0], name[1], func, args, kwargs)
