@@ -178,7 +178,9 @@ def test_calls_that_cannot_be_corrected_are_listed_with_the_reason(tmp_path):
         buf = torch.zeros(4, 16, dtype=torch.bfloat16)
         buf[:, :8].add_(1.0)                             # in place, on a view
         idx = torch.argmax(h, dim=1)                     # no floating-point output
-        loss = (h.float().sum() + buf.float().sum() + idx.sum()) / 10
+        acc = torch.zeros(4, 8, dtype=torch.bfloat16)
+        acc.add_(h.detach(), alpha=1 / 3)                # in place on a whole tensor: corrected
+        loss = (h.float().sum() + buf.float().sum() + idx.sum() + acc.float().sum()) / 10
         loss.backward()
         return loss
 
@@ -187,9 +189,14 @@ def test_calls_that_cannot_be_corrected_are_listed_with_the_reason(tmp_path):
     assert reasons["Functional.dropout.0"] == REASON_RANDOM
     assert reasons["Tensor.add_.0"] == REASON_INPLACE_VIEW
     assert reasons["Torch.argmax.0"] == REASON_NO_FLOAT
+    assert "Tensor.add_.1" not in reasons
+    assert w.grad is None                                # the user's gradient (none) is given back
+    mode = CorrectionMode(frozenset(["Tensor.add_.1"]))
+    with mode:
+        step()
+    assert {c.name: c.reason for c in mode.log.calls}["Tensor.add_.1"] == ""
     text = next(tmp_path.glob("attribution_result_*.csv")).read_text()
     assert f"{NOT_CORRECTED}: {REASON_RANDOM}" in text
-    assert w.grad is None
 
 
 def test_non_deterministic_step_is_refused_with_the_figures(tmp_path):
@@ -220,7 +227,7 @@ def test_step_that_changes_parameters_is_refused(tmp_path):
         attribute(step, parameters=[("w", w)], out_dir=str(tmp_path), progress=False)
 
 
-def test_cli_attributes_a_script(tmp_path, capsys):
+def test_cli_attributes_a_script_and_fails_ci_on_a_dominant_call(tmp_path, capsys, plant):
     from pytest_msprobe.cli import main
 
     script = tmp_path / "train.py"
@@ -242,6 +249,20 @@ def test_cli_attributes_a_script(tmp_path, capsys):
     assert list((tmp_path / "out").glob("attribution_result_*.csv"))
     assert main(["attribute", f"{script}:nothing", "-o", str(tmp_path / "out")]) == 2
     assert "defines no function 'nothing'" in capsys.readouterr().err
+    checked = tmp_path / "accuracy_checking_result_20260101000000.csv"
+    checked.write_text("API name,Forward Test Success,Backward Test Success,Message\r\n"
+                       "Functional.silu.0,error,pass\r\nFunctional.linear.1,warning,pass\r\n", encoding="utf-8")
+    plant("silu", lambda x: x * torch.sigmoid(x))
+    code = main(["attribute", f"{script}:step", "-o", str(tmp_path / "faulty"), "-q", "--fail-share", "0.5",
+                 "--check-result", str(checked)])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "dominant (explains the drift and its error is beyond the rounding of a correct kernel): " \
+           "Functional.silu.0" in out
+    html = next((tmp_path / "faulty").glob("attribution_report_*.html")).read_text()
+    flagged = html.split("Flagged APIs and their share")[1]
+    assert "Functional.silu.0</td><td>forward error, backward pass" in flagged
+    assert "Functional.linear.1</td><td>forward warning, backward pass" in flagged
 
 
 if __name__ == "__main__":       # pragma: no cover

@@ -219,8 +219,8 @@ def _rows(found: SearchResult, runner: StepRunner, ideal: StepResult, names: lis
             left = [1.0 - v for v in (loss_s, grad_s) if v is not None]
             row.rest_share = max(left) if left else None
             row.runs += 1
-            say(f"run {runner.runs}: {name} confirmed: {_pct(row.rest_share)} of the drift left with the rest "
-                "corrected")
+            say(f"run {runner.runs}: {name} confirmed: explains {_pct(row.rest_share)} of the drift with every "
+                "other candidate corrected")
         rows.append(row)
     for t in found.groups:
         dist, loss_s, grad_s = t.outcome if t.outcome is not None else (None, None, None)

@@ -61,12 +61,12 @@ def summary_lines(result: Any) -> list:
              f"loss {result.loss:.8g} vs {result.ideal_loss:.8g} (|diff| {d.loss:.4g}), gradients: relative norm "
              f"{d.grad:.4g}, cosine {d.cosine:.6f}, worst parameter {d.worst_param or '-'} ({d.worst_param_rel:.4g})"]
     name_w = max([len("API Name")] + [len(r.name) for r in result.rows[:30]])
-    lines.append(f"{'API Name':<{name_w}}  {'Share':>7}  {'Loss':>7}  {'Grad':>7}  {'Alone-left':>10}  "
+    lines.append(f"{'API Name':<{name_w}}  {'Share':>7}  {'Loss':>7}  {'Grad':>7}  {'Others fixed':>12}  "
                  f"{'Error':>16}  Dominant")
     for r in result.rows[:30]:
         err = "" if r.multiple is None else f"{r.multiple:.3g}x expected"
         lines.append(f"{r.name:<{name_w}}  {_pct(r.share):>7}  {_pct(r.loss_share):>7}  {_pct(r.grad_share):>7}  "
-                     f"{_pct(r.rest_share):>10}  {err:>16}  {'yes' if r.dominant else 'no'}")
+                     f"{_pct(r.rest_share):>12}  {err:>16}  {'yes' if r.dominant else 'no'}")
     if len(result.rows) > 30:
         lines.append(f"... {len(result.rows) - 30} more rows in the CSV")
     if not (d.loss > 0 or d.grad > 0):
