@@ -174,7 +174,7 @@ def _attribute(runner: StepRunner, spec: Any, out_dir: str, budget: Optional[int
         dist = distance(run, ideal)
         loss_s, grad_s, s = shares(dist, drift)
         label = subset[0] if len(subset) == 1 else f"{subset[0]} .. {subset[-1]} ({len(subset)} calls)"
-        say(f"run {runner.runs}: {label}: share {_pct(s)}")
+        say(f"run {runner.runs} (at most {limit}): {label}: share {_pct(s)}")
         return SetRun(tuple(subset), s, (dist, loss_s, grad_s))
 
     limit = budget if budget is not None else _default_budget(len(names))

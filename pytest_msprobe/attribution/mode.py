@@ -155,7 +155,7 @@ class CorrectionMode(NamedCallMode):
             return out
         try:
             cargs, ckwargs = before if before is not None else bench_inputs(api, args, kwargs)
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast("cpu", enabled=False):    # the bench's dtype, never autocast's
                 bench = func(*cargs, **ckwargs)
         except Exception as exc:  # noqa: BLE001 - left as it ran, with the reason
             record.reason = REASON_BENCH.format(f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
