@@ -35,8 +35,8 @@ def distance(run, ideal) -> Distance:
         got = run.grads.get(name)
         if ref is None and got is None:
             continue
-        ref = torch.zeros_like(got) if ref is None else ref
-        got = torch.zeros_like(ref) if got is None else got
+        ref = torch.zeros_like(got) if ref is None else ref.double()
+        got = torch.zeros_like(ref) if got is None else got.double()
         d2 = float((got - ref).square().sum())
         r2 = float(ref.square().sum())
         diff2 += d2

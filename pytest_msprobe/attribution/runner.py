@@ -22,7 +22,8 @@ class StepError(RuntimeError):
 
 @dataclass
 class StepResult:
-    """The loss and gradients of one run, on the CPU in float64 (gradients: name -> tensor, None if absent)."""
+    """The loss and gradients of one run, on the CPU (gradients: name -> tensor in float32, or float64 for
+    float64 parameters; None if absent)."""
 
     loss: float
     grads: dict
@@ -92,6 +93,11 @@ def _fingerprint(params: list) -> list:
                 for _, p in params]
 
 
+def _host_copy(grad: torch.Tensor) -> torch.Tensor:
+    """A gradient on the CPU, exactly: float32 holds bf16/fp16/fp32 values, float64 stays float64."""
+    return grad.detach().to("cpu", torch.float64 if grad.dtype == torch.float64 else torch.float32)
+
+
 class StepRunner:
     """Runs ``step()`` from the saved state; ``run(mode)`` gives a :class:`StepResult`."""
 
@@ -150,8 +156,7 @@ class StepRunner:
             changed = [n for (n, _), a, b in zip(self.params, before, _fingerprint(self.params)) if a != b]
             raise StepError(f"step() changed the parameters ({', '.join(changed[:3])}...); it must run the forward "
                             "and backward pass only, not the optimizer step")
-        grads = {n: (p.grad.detach().to("cpu", torch.float64) if p.grad is not None else None)
-                 for n, p in self.params}
+        grads = {n: (_host_copy(p.grad) if p.grad is not None else None) for n, p in self.params}
         return StepResult(float(loss.detach().to("cpu", torch.float64)), grads, seconds,
                           getattr(mode, "log", None))
 
