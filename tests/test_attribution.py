@@ -268,3 +268,27 @@ def test_cli_attributes_a_script_and_fails_ci_on_a_dominant_call(tmp_path, capsy
 
 if __name__ == "__main__":       # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_cli_device_backends_registered_by_a_plugin(tmp_path, capsys):
+    from pytest_msprobe.cli import main
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nw = torch.ones(4, dtype=torch.bfloat16, requires_grad=True)\n"
+                      "def step():\n    loss = torch.nn.functional.silu(w * 1.5).float().sum()\n"
+                      "    loss.backward()\n    return loss\n")
+    plugin = tmp_path / "conftest.py"
+    synced = tmp_path / "synced.txt"
+    plugin.write_text("from pytest_msprobe.devices import CpuBackend\n"
+                      "class Synced(CpuBackend):\n    name = 'synced-cpu'\n"
+                      f"    def synchronize(self, index):\n        open({str(synced)!r}, 'a').write('.')\n"
+                      "def pytest_msprobe_register_devices(registry):\n    registry.register(Synced())\n")
+    out = str(tmp_path / "out")
+    assert main(["attribute", f"{script}:step", "-o", out, "-q", "--device", "synced-cpu",
+                 "--device-plugin", str(plugin)]) == 0
+    runs = int(capsys.readouterr().out.split(" runs of the step")[0].rsplit("\n", 1)[-1])
+    assert synced.read_text() == "." * runs                   # the backend synchronised after every run
+    assert main(["attribute", f"{script}:step", "-o", out, "-q", "--device", "ms-cpu"]) == 2
+    assert "runs MindSpore calls" in capsys.readouterr().err
+    assert main(["attribute", f"{script}:step", "-o", out, "-q", "--device", "tpu"]) == 2
+    assert "unknown device type 'tpu'" in capsys.readouterr().err
