@@ -292,3 +292,26 @@ def test_cli_device_backends_registered_by_a_plugin(tmp_path, capsys):
     assert "runs MindSpore calls" in capsys.readouterr().err
     assert main(["attribute", f"{script}:step", "-o", out, "-q", "--device", "tpu"]) == 2
     assert "unknown device type 'tpu'" in capsys.readouterr().err
+
+
+def _operators(x, s):
+    b = x > 0
+    return [0.5 * x, x * 0.5, s * x, x * s, math.sqrt(2.0) * x, x * math.sqrt(2.0), 1.0 + x, x + 1.0,
+            s * (x + 1), (x + 1) * s, True | b, b ^ False, x * x, 2 + x * 3]
+
+
+def test_reflected_operators_are_named_as_the_dumper_names_them(tmp_path):
+    x = torch.randn(4)
+    PrecisionDebugger.reset()
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    dbg.start()
+    _operators(x, 0.25)
+    dbg.stop()
+    PrecisionDebugger.reset()
+    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    dumped = [k[:-len(".forward")] for k in data if k.endswith(".forward")]
+    mode = CorrectionMode(frozenset())
+    with mode:
+        _operators(x, 0.25)
+    assert [c.name for c in mode.log.calls] == dumped
+    assert sum(".__r" in n for n in dumped) >= 6

@@ -175,6 +175,10 @@ class ApiRegistry:
             dunder = self._operator_dunder(args, infer_reflected)
             if dunder is not None:
                 return ("Tensor", dunder) if dunder in self.tensor_names else None
+        if infer_reflected and len(args) > 1 and not isinstance(args[1], torch.Tensor):
+            via = _REFLECTED_VIA.get(getattr(func, "__name__", None))     # ``True | b`` arrives as bitwise_or
+            if via is not None and self._operator_dunder(args, True) == via:
+                return ("Tensor", via) if via in self.tensor_names else None
         try:
             name = self.by_func.get(func)
         except TypeError:
@@ -252,6 +256,8 @@ class ApiRegistry:
 
 _REFLECTED_TWIN = {"__add__": "__radd__", "__mul__": "__rmul__", "__or__": "__ror__", "__xor__": "__rxor__",
                    "__and__": "__rand__"}
+# reflected operators whose slot reaches the function mode as a named method of its own
+_REFLECTED_VIA = {"bitwise_or": "__ror__", "bitwise_xor": "__rxor__", "bitwise_and": "__rand__"}
 _LOCAL_LOADS = frozenset(("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR",
                           "LOAD_FAST_LOAD_FAST", "LOAD_NAME", "LOAD_CLASSDEREF"))
 _operands: dict = {}                 # (code, offset) -> (left, right) operand descriptions, or None

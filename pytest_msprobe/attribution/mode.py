@@ -112,6 +112,7 @@ def bench_inputs(api: str, args: tuple, kwargs: dict) -> tuple:
 
     cargs, ckwargs = tree_map(to_cpu, (list(args), dict(kwargs)))
     ckwargs.pop("out", None)
+    ckwargs.pop("device", None)         # as the checker's bench: the CPU's own default
     target = raise_target(cargs, ckwargs, api)
     cargs, ckwargs = tree_map(lambda x: copy_tensor(x, target, api), (cargs, ckwargs))
     return cargs, ckwargs
