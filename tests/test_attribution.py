@@ -181,7 +181,8 @@ def test_calls_that_cannot_be_corrected_are_listed_with_the_reason(tmp_path):
         idx = torch.argmax(h, dim=1)                     # no floating-point output
         acc = torch.zeros(4, 8, dtype=torch.bfloat16)
         acc.add_(h.detach(), alpha=1 / 3)                # in place on a whole tensor: corrected
-        loss = (h.float().sum() + buf.float().sum() + idx.sum() + acc.float().sum()) / 10
+        r = torch.nn.functional.relu(h * 3, inplace=True)    # in place on a corrected output autograd tracks
+        loss = (h.float().sum() + buf.float().sum() + idx.sum() + acc.float().sum() + r.float().sum()) / 10
         loss.backward()
         return loss
 
@@ -190,6 +191,8 @@ def test_calls_that_cannot_be_corrected_are_listed_with_the_reason(tmp_path):
     assert reasons["Functional.dropout.0"] == REASON_RANDOM
     assert reasons["Tensor.add_.0"] == REASON_INPLACE_VIEW
     assert reasons["Torch.argmax.0"] == REASON_NO_FLOAT
+    assert reasons["Functional.relu.0"] == REASON_INPLACE_VIEW
+    assert "Tensor.__mul__.0" not in reasons
     assert "Tensor.add_.1" not in reasons
     assert w.grad is None                                # the user's gradient (none) is given back
     mode = CorrectionMode(frozenset(["Tensor.add_.1"]))

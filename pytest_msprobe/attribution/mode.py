@@ -93,12 +93,19 @@ def _written(api: str, args: tuple, kwargs: dict) -> list:
     return [t for t in statcache.written_tensors(api, args, kwargs) if _is_tensor(t)]
 
 
+def _fixed(dev: torch.Tensor, bench: torch.Tensor) -> torch.Tensor:
+    """The bench's value in the device output's dtype, device and layout (a new tensor)."""
+    fixed = torch.empty_like(dev)
+    fixed.copy_(bench)
+    return fixed
+
+
 class _Replace(torch.autograd.Function):
-    """Forward: the corrected value; backward: the gradient passes to the device output unchanged."""
+    """Forward: the bench's value as a new tensor; backward: the gradient passes to the device output unchanged."""
 
     @staticmethod
-    def forward(ctx: Any, device_out: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        return value
+    def forward(ctx: Any, device_out: torch.Tensor, bench: torch.Tensor) -> torch.Tensor:
+        return _fixed(device_out, bench)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:
@@ -190,8 +197,8 @@ class CorrectionMode(NamedCallMode):
         return ""
 
     # --- the correction ----------------------------------------------------------------------------
-    def _value(self, record: CallRecord, api: str, dev: torch.Tensor, bench: torch.Tensor, cargs: Any) -> torch.Tensor:
-        """The corrected value of one output: the bench's, in the device output's dtype, device and layout."""
+    def _measure(self, record: CallRecord, api: str, dev: torch.Tensor, bench: torch.Tensor, cargs: Any) -> None:
+        """The device output's error against the bench's, and the model's estimate (the ideal run only)."""
         if self.expected is not None and dev.numel():
             try:
                 observed, expected, multiple = self.expected(api, dev, bench, cargs)
@@ -200,9 +207,6 @@ class CorrectionMode(NamedCallMode):
             else:
                 if record.multiple is None or multiple > record.multiple:
                     record.device_err, record.expected_err, record.multiple = observed, expected, multiple
-        fixed = torch.empty_like(dev)
-        fixed.copy_(bench)
-        return fixed
 
     def _replace(self, record: CallRecord, api: str, out: Any, bench: Any, cargs: Any) -> Any:
         dev_leaves, spec = tree_flatten(out)
@@ -218,8 +222,8 @@ class CorrectionMode(NamedCallMode):
             if not _is_tensor(b) or b.shape != d.shape:
                 record.reason = REASON_SHAPE
                 return out
-            value = self._value(record, api, d, b, cargs)
-            new.append(_Replace.apply(d, value) if d.requires_grad else value)
+            self._measure(record, api, d, b, cargs)
+            new.append(_Replace.apply(d, b) if d.requires_grad else _fixed(d, b))
         record.dtype = record.dtype or next((str(d.dtype).replace("torch.", "") for d in dev_leaves
                                              if _is_tensor(d) and d.is_floating_point()), "")
         return tree_unflatten(new, spec)
@@ -235,8 +239,8 @@ class CorrectionMode(NamedCallMode):
         if bench_value is None or bench_value.shape != targets[0].shape:
             record.reason = REASON_SHAPE
             return out
-        value = self._value(record, api, targets[0], bench_value, cargs)
+        self._measure(record, api, targets[0], bench_value, cargs)
         with torch.no_grad():
-            targets[0].copy_(value)
+            targets[0].copy_(bench_value)
         record.dtype = str(targets[0].dtype).replace("torch.", "")
         return out
