@@ -318,3 +318,26 @@ def test_reflected_operators_are_named_as_the_dumper_names_them(tmp_path):
         _operators(x, 0.25)
     assert [c.name for c in mode.log.calls] == dumped
     assert sum(".__r" in n for n in dumped) >= 6
+
+
+def test_llama_planted_silu_backward_is_found_and_forward_only_misses_it(plant, tmp_path):
+    """A fault in the backward kernel alone: the bench's backward of a corrected call finds it."""
+    model, step = _model(zoo.llama)
+
+    def silu_backward(grad, x):
+        s = torch.sigmoid(x)
+        return grad.float() * s * (1 + x * (1 - s))
+
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("silu_backward", lambda g, x: (lambda y: (y * FAULT if x.dtype == torch.bfloat16 else y).to(x.dtype))(
+        silu_backward(g, x.float())), "CPU")
+    try:
+        result = attribute(step, model=model, out_dir=str(tmp_path), progress=False, write=False)
+        silu = [r for r in result.rows if r.name.startswith("Functional.silu.")]
+        assert len(silu) == 2 and result.rows[:2] == silu, [(r.name, r.share) for r in result.rows]
+        assert all(r.dominant and "backward" in r.message and r.loss_share == 0.0 for r in silu)
+        assert result.together_share is not None and result.together_share >= 0.7     # of the gradient drift
+        blind = attribute(step, model=model, out_dir=str(tmp_path), progress=False, write=False, backward=False)
+        assert not any(r.name.startswith("Functional.silu.") for r in blind.rows if r.dominant)
+    finally:
+        del lib

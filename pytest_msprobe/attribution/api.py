@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from . import candidates as cand
 from .drift import Distance, distance, shares
-from .errors import is_beyond, measure
+from .errors import is_beyond, measure, measure_backward
 from .mode import CorrectionMode
 from .runner import StepError, StepResult, StepRunner
 from .search import SearchResult, SetRun, search
@@ -100,7 +100,7 @@ def _default_budget(n: int) -> int:
 def attribute(step: Callable, *, candidates: Optional[Iterable[str]] = None, out_dir: str = ".",
               budget: Optional[int] = None, device: Any = None, model: Any = None, parameters: Any = None,
               min_share: float = DEFAULT_MIN_SHARE, check_result: Optional[str] = None, progress: bool = True,
-              write: bool = True) -> AttributionResult:
+              write: bool = True, backward: bool = True) -> AttributionResult:
     """Attribute the drift of ``step()`` (one forward and backward, returning the loss) to its API calls.
 
     Args:
@@ -116,6 +116,7 @@ def attribute(step: Callable, *, candidates: Optional[Iterable[str]] = None, out
         min_share: a set of calls is searched further while it explains at least this share of the drift.
         check_result: a checker result CSV whose flagged APIs are shown with their share in the HTML report.
         write: write the CSV and the HTML page (False: only return the result).
+        backward: a corrected call's backward is the bench's too (False: its forward output only).
 
     Raises:
         StepError: the step changes the parameters, returns no loss, or is not deterministic.
@@ -129,15 +130,17 @@ def attribute(step: Callable, *, candidates: Optional[Iterable[str]] = None, out
                         synchronize=lambda: backend.synchronize(index))
     started = time.perf_counter()
     try:
-        return _attribute(runner, candidates, out_dir, budget, min_share, check_result, say, write, started)
+        def make(names: Any, **kw: Any) -> CorrectionMode:
+            return CorrectionMode(frozenset(names), backward=backward, **kw)
+        return _attribute(runner, make, candidates, out_dir, budget, min_share, check_result, say, write, started)
     finally:
         runner.finish()
 
 
-def _attribute(runner: StepRunner, spec: Any, out_dir: str, budget: Optional[int], min_share: float,
+def _attribute(runner: StepRunner, make: Callable, spec: Any, out_dir: str, budget: Optional[int], min_share: float,
                check_result: Optional[str], say: Callable, write: bool, started: float) -> AttributionResult:
-    plain = runner.run(CorrectionMode(frozenset()))
-    again = runner.run(CorrectionMode(frozenset()))
+    plain = runner.run(make(()))
+    again = runner.run(make(()))
     same, worst = _same(plain, again)
     if not same:
         raise StepError(f"the step is not deterministic: two plain runs gave the losses {plain.loss!r} and "
@@ -155,7 +158,7 @@ def _attribute(runner: StepRunner, spec: Any, out_dir: str, budget: Optional[int
     names = [n for n in chosen if not reasons[n]]
     uncorrectable = [(n, reasons[n]) for n in chosen if reasons[n]]
     say(f"{len(all_names)} calls in the step, {len(chosen)} candidates, {len(names)} correctable")
-    ideal_mode = CorrectionMode(frozenset(names), expected=measure)
+    ideal_mode = make(names, expected=measure, expected_backward=measure_backward)
     ideal = runner.run(ideal_mode)
     ideal_calls = {c.name: c for c in ideal.log.calls}
     late = [n for n in names if ideal_calls.get(n) is not None and ideal_calls[n].reason]
@@ -170,7 +173,7 @@ def _attribute(runner: StepRunner, spec: Any, out_dir: str, budget: Optional[int
     def evaluate(subset: tuple) -> SetRun:
         for n in subset:
             used[n] = used.get(n, 0) + 1
-        run = runner.run(CorrectionMode(frozenset(subset)))
+        run = runner.run(make(subset))
         dist = distance(run, ideal)
         loss_s, grad_s, s = shares(dist, drift)
         label = subset[0] if len(subset) == 1 else f"{subset[0]} .. {subset[-1]} ({len(subset)} calls)"
@@ -181,11 +184,11 @@ def _attribute(runner: StepRunner, spec: Any, out_dir: str, budget: Optional[int
     whole = SetRun(tuple(names), 1.0, (Distance(0.0, 0.0, 1.0), 1.0, 1.0))
     found = search(names, evaluate, min_share=min_share, budget=max(0, limit - runner.runs), whole=whole) \
         if (drift.loss > 0 or drift.grad > 0) else SearchResult()
-    rows = _rows(found, runner, ideal, names, drift, used, say, limit)
+    rows = _rows(found, runner, make, ideal, names, drift, used, say, limit)
     together = together_loss = None
     culprits = [r.name for r in rows if r.calls == 1]
     if culprits and runner.runs < limit:
-        run = runner.run(CorrectionMode(frozenset(culprits)))
+        run = runner.run(make(culprits))
         together_loss, _, together = shares(distance(run, ideal), drift)
     result = AttributionResult(rows, drift, plain.loss, ideal.loss, together, together_loss, runner.runs,
                                time.perf_counter() - started, len(all_names), len(names), uncorrectable,
@@ -200,8 +203,8 @@ def _pct(value: Optional[float]) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _rows(found: SearchResult, runner: StepRunner, ideal: StepResult, names: list, drift: Distance, used: dict,
-          say: Callable, limit: int) -> list:
+def _rows(found: SearchResult, runner: StepRunner, make: Callable, ideal: StepResult, names: list, drift: Distance,
+          used: dict, say: Callable, limit: int) -> list:
     ideal_calls = {c.name: c for c in ideal.log.calls}
     rows = []
     for t in found.culprits:
@@ -214,7 +217,7 @@ def _rows(found: SearchResult, runner: StepRunner, ideal: StepResult, names: lis
                   message=getattr(rec, "note", ""))
         row.dominant = is_beyond(row.multiple)
         if runner.runs < limit:         # confirmed: every other candidate corrected, this one left as it ran
-            rest = runner.run(CorrectionMode(frozenset(n for n in names if n != name)))
+            rest = runner.run(make([n for n in names if n != name]))
             loss_s, grad_s, _ = shares(distance(rest, ideal), drift)
             left = [1.0 - v for v in (loss_s, grad_s) if v is not None]
             row.rest_share = max(left) if left else None

@@ -36,6 +36,20 @@ def measure(api: str, device_out: torch.Tensor, bench_out: torch.Tensor, bench_a
     return observed.max_abs, expected.max_abs, model.multiple(observed, expected)
 
 
+def measure_backward(api: str, device_grad: torch.Tensor, bench_grad: torch.Tensor, bench_args: Any, index: int,
+                     grad_output: torch.Tensor) -> tuple:
+    """The same for the gradient of a corrected call's input ``index`` (the device's backward against the bench's)."""
+    args, kwargs = bench_args
+    tensors = [x for x in tree_flatten([list(args), dict(kwargs)])[0]
+               if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    plain = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
+    dev = _array(device_grad)
+    expected = model.expected_error(api, device_grad.dtype, [_array(t) for t in tensors], dev, kwargs=plain,
+                                    direction="backward", index=index, grad_output=_array(grad_output))
+    observed = model.observe(dev, _array(bench_grad))
+    return observed.max_abs, expected.max_abs, model.multiple(observed, expected)
+
+
 def is_beyond(multiple: Optional[float]) -> bool:
     """The model's verdict on a call's error multiple: beyond the rounding of a correct kernel."""
     return multiple is not None and model.classify(multiple) == model.BEYOND_ROUNDING

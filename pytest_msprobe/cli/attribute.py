@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "e.g. your conftest.py")
     parser.add_argument("--model-name", default="model",
                         help="the script's global holding the model (default 'model'; absent: the loss's graph)")
+    parser.add_argument("--forward-only", action="store_true",
+                        help="correct the calls' forward outputs only; their backward runs as on the device")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
 
@@ -94,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         result = attribute(step, candidates=args.candidates, out_dir=args.out_dir, budget=args.budget,
                            device=backend, model=model,
                            min_share=args.min_share if args.min_share is not None else DEFAULT_MIN_SHARE,
-                           check_result=args.check_result, progress=not args.quiet)
+                           check_result=args.check_result, progress=not args.quiet,
+                           backward=not args.forward_only)
     except StepError as exc:
         print(f"pytest-msprobe attribute: error: {exc}", file=sys.stderr)
         return 2
