@@ -17,6 +17,7 @@ import torch
 import zoo
 from dumpers.torch_dump import PrecisionDebugger
 from pytest_msprobe.attribution import StepError, attribute
+from pytest_msprobe.attribution.errors import is_beyond
 from pytest_msprobe.attribution.mode import REASON_INPLACE_VIEW, REASON_NO_FLOAT, REASON_RANDOM, CorrectionMode
 from pytest_msprobe.attribution.report import HEADER, NOT_CORRECTED
 
@@ -335,9 +336,10 @@ def test_llama_planted_silu_backward_is_found_and_forward_only_misses_it(plant, 
         result = attribute(step, model=model, out_dir=str(tmp_path), progress=False, write=False)
         silu = [r for r in result.rows if r.name.startswith("Functional.silu.")]
         assert len(silu) == 2 and result.rows[:2] == silu, [(r.name, r.share) for r in result.rows]
-        assert all(r.dominant and "backward" in r.message and r.loss_share == 0.0 for r in silu)
+        assert all(r.loss_share == 0.0 and not is_beyond(r.multiple) and is_beyond(r.backward_multiple) for r in silu)
+        assert all(r.message.startswith("backward: gradient of input 0") for r in silu)
         assert result.together_share is not None and result.together_share >= 0.7     # of the gradient drift
         blind = attribute(step, model=model, out_dir=str(tmp_path), progress=False, write=False, backward=False)
-        assert not any(r.name.startswith("Functional.silu.") for r in blind.rows if r.dominant)
+        assert not any(r.name.startswith("Functional.silu.") for r in blind.rows if (r.share or 0) > 0.1)
     finally:
         del lib

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from . import candidates as cand
 from .drift import Distance, distance, shares
-from .errors import is_beyond, measure, measure_backward
+from .errors import is_dominant, measure, measure_backward
 from .mode import CorrectionMode
 from .runner import StepError, StepResult, StepRunner
 from .search import SearchResult, SetRun, search
@@ -31,6 +31,7 @@ class Row:
     device_err: Optional[float] = None
     expected_err: Optional[float] = None
     multiple: Optional[float] = None        # device_err / expected_err (the shared error model's multiple)
+    backward_multiple: Optional[float] = None   # the same for the call's device backward
     dtype: str = ""
     runs: int = 0
     message: str = ""
@@ -213,9 +214,10 @@ def _rows(found: SearchResult, runner: StepRunner, make: Callable, ideal: StepRe
         rec = ideal_calls.get(name)
         row = Row(name, t.share, loss_s, grad_s, dist, runs=used.get(name, 0),
                   device_err=getattr(rec, "device_err", None), expected_err=getattr(rec, "expected_err", None),
-                  multiple=getattr(rec, "multiple", None), dtype=getattr(rec, "dtype", ""),
+                  multiple=getattr(rec, "multiple", None), backward_multiple=getattr(rec, "backward_multiple", None),
+                  dtype=getattr(rec, "dtype", ""),
                   message=getattr(rec, "note", ""))
-        row.dominant = is_beyond(row.multiple)
+        row.dominant = is_dominant(row.multiple, row.backward_multiple)
         if runner.runs < limit:         # confirmed: every other candidate corrected, this one left as it ran
             rest = runner.run(make([n for n in names if n != name]))
             loss_s, grad_s, _ = shares(distance(rest, ideal), drift)

@@ -45,6 +45,8 @@ def section(result: Any) -> str:
              '<th>Error</th></tr>']
     for r in result.rows:
         err = "" if r.multiple is None else f"{r.multiple:.3g}x expected ({verdict(r.multiple)})"
+        if r.backward_multiple is not None:
+            err += f"; backward {r.backward_multiple:.3g}x ({verdict(r.backward_multiple)})"
         parts.append(f'<tr><td>{e(r.name)}</td><td class="num">{_pct(r.share)}</td><td>{_bar(r.share, r.dominant)}'
                      f'</td><td class="num">{_pct(r.loss_share)}</td><td class="num">{_pct(r.grad_share)}</td>'
                      f'<td>{e(err)}</td></tr>')

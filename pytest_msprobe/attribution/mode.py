@@ -49,6 +49,7 @@ class CallRecord:
     device_err: Optional[float] = None      # max |device - bench| over its outputs (a corrected call)
     expected_err: Optional[float] = None    # the error model's estimate for the same outputs
     multiple: Optional[float] = None        # device_err as a multiple of the model's estimate (largest output)
+    backward_multiple: Optional[float] = None   # the same for its device backward (largest input gradient)
     dtype: str = ""
     note: str = ""
 
@@ -306,9 +307,10 @@ class CorrectionMode(NamedCallMode):
                     if dev is not None and bench is not None and dev.numel():
                         observed, expected, multiple = self.expected_backward(
                             api, dev, bench, cargs, index, pairs[0][1])
-                        if record.multiple is None or multiple > record.multiple:
-                            record.device_err, record.expected_err, record.multiple = observed, expected, multiple
-                            record.note = f"backward, gradient of input {index}"
+                        if record.backward_multiple is None or multiple > record.backward_multiple:
+                            record.backward_multiple = multiple
+                            record.note = (f"backward: gradient of input {index} {multiple:.3g}x expected "
+                                           f"(max abs error {observed:.3g}, expected {expected:.3g})")
             except Exception as exc:  # noqa: BLE001 - the correction stands; the verdict is the forward's
                 record.note = f"no backward error estimate: {type(exc).__name__}: {exc}"[:200]
         return measure

@@ -18,8 +18,9 @@ HTML_PREFIX = "attribution_report_"
 NOT_CORRECTED = "not corrected"
 
 HEADER = ("API Name", "Share", "Loss Share", "Grad Share", "Share Rest Corrected", "Dominant", "Error Verdict",
-          "Device Error", "Expected Error", "Error Multiple", "Loss Left", "Grad Rel Norm Left", "Grad Cosine",
-          "Worst Param", "Worst Param Rel Norm", "Dtype", "Calls", "Runs", "Message")
+          "Device Error", "Expected Error", "Error Multiple", "Backward Error Multiple", "Loss Left",
+          "Grad Rel Norm Left", "Grad Cosine", "Worst Param", "Worst Param Rel Norm", "Dtype", "Calls", "Runs",
+          "Message")
 
 
 def _num(value: Optional[float]) -> str:
@@ -31,7 +32,7 @@ def row_cells(row: Any) -> list:
     d = row.distance
     return [safe_text(row.name), _num(row.share), _num(row.loss_share), _num(row.grad_share), _num(row.rest_share),
             "yes" if row.dominant else "no", verdict(row.multiple), _num(row.device_err), _num(row.expected_err),
-            _num(row.multiple), _num(d.loss if d else None), _num(d.grad if d else None),
+            _num(row.multiple), _num(row.backward_multiple), _num(d.loss if d else None), _num(d.grad if d else None),
             _num(d.cosine if d else None), safe_text(d.worst_param if d else ""),
             _num(d.worst_param_rel if d else None), row.dtype, str(row.calls), str(row.runs),
             safe_text(row.message)]
@@ -62,11 +63,13 @@ def summary_lines(result: Any) -> list:
              f"{d.grad:.4g}, cosine {d.cosine:.6f}, worst parameter {d.worst_param or '-'} ({d.worst_param_rel:.4g})"]
     name_w = max([len("API Name")] + [len(r.name) for r in result.rows[:30]])
     lines.append(f"{'API Name':<{name_w}}  {'Share':>7}  {'Loss':>7}  {'Grad':>7}  {'Others fixed':>12}  "
-                 f"{'Error':>16}  Dominant")
+                 f"{'Error':>28}  Dominant")
     for r in result.rows[:30]:
         err = "" if r.multiple is None else f"{r.multiple:.3g}x expected"
+        if r.backward_multiple is not None:
+            err += f" (bwd {r.backward_multiple:.3g}x)"
         lines.append(f"{r.name:<{name_w}}  {_pct(r.share):>7}  {_pct(r.loss_share):>7}  {_pct(r.grad_share):>7}  "
-                     f"{_pct(r.rest_share):>12}  {err:>16}  {'yes' if r.dominant else 'no'}")
+                     f"{_pct(r.rest_share):>12}  {err:>28}  {'yes' if r.dominant else 'no'}")
     if len(result.rows) > 30:
         lines.append(f"... {len(result.rows) - 30} more rows in the CSV")
     if not (d.loss > 0 or d.grad > 0):
