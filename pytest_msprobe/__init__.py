@@ -16,6 +16,7 @@ _LAZY = {
     "seed_all": ("dumpers.online_dispatch", "seed_all"),
     "GradComparator": ("dumpers.grad_probe", "GradComparator"),
     "load_dump": ("generators.loader", "load_dump"),
+    "attribute": ("pytest_msprobe.attribution", "attribute"),
 }
 
 __all__ = sorted([*_LAZY, "__version__"])

@@ -60,13 +60,15 @@ def _hf_loss(model: Any, batch: dict) -> torch.Tensor:
     return model(**batch).loss
 
 
-def llama() -> tuple:
-    """A Llama-style decoder: GQA (4 heads, 2 KV heads), RoPE, SDPA attention, RMSNorm, SiLU MLP."""
+def llama(**config: Any) -> tuple:
+    """A Llama-style decoder: GQA (4 heads, 2 KV heads), RoPE, SDPA attention, RMSNorm, SiLU MLP.
+
+    ``config`` overrides entries of the configuration (``initializer_range``, ``num_hidden_layers``...)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                      attn_implementation="sdpa", hidden_act="silu")
+    cfg = LlamaConfig(**{**dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                attn_implementation="sdpa", hidden_act="silu"), **config})
     return LlamaForCausalLM(cfg), _lm_batch(), _hf_loss
 
 
@@ -74,12 +76,14 @@ GPT2_EMBD = 32
 GPT2_INNER = 4 * GPT2_EMBD      # GPT2Config's default MLP width: the longest reduction of its forward pass
 
 
-def gpt2() -> tuple:
-    """GPT-2 (Conv1D projections, NewGELU written with Python scalars, learned positions), dropout 0."""
+def gpt2(**config: Any) -> tuple:
+    """GPT-2 (Conv1D projections, NewGELU written with Python scalars, learned positions), dropout 0.
+
+    ``config`` overrides entries of the configuration (``activation_function``, ``initializer_range``...)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=GPT2_EMBD, n_layer=2, n_head=2, resid_pdrop=0.0,
-                     embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = GPT2Config(**{**dict(vocab_size=VOCAB, n_positions=16, n_embd=GPT2_EMBD, n_layer=2, n_head=2,
+                               resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0), **config})
     return GPT2LMHeadModel(cfg), _lm_batch(), _hf_loss
 
 

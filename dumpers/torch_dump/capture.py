@@ -17,59 +17,42 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
-import sys
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from dumpers.torch_dump import statcache, wrap_lists
-from dumpers.torch_dump.registry import get_registry, mark_reflected, restore_reflected
+from dumpers.torch_dump.naming import NamedCallMode
+from dumpers.torch_dump.registry import mark_reflected, restore_reflected
 from dumpers.torch_dump.session import DumpSession
 
 log = logging.getLogger("pytest_msprobe.dump")
 
-# torch's own autograd machinery (``Function.apply`` returns inputs as ``Tensor.view_as`` views, e.g.
-# for full backward hooks): calls made there are bookkeeping, not the model's API calls.
-_INTERNAL_CALLERS = (os.path.join("torch", "utils", "hooks.py"), os.path.join("torch", "autograd", "function.py"))
-
-
-class ApiCaptureMode(TorchFunctionMode):
+class ApiCaptureMode(NamedCallMode):
     """Records every call of a listed API; everything else passes straight through."""
 
     def __init__(self, session: DumpSession) -> None:
         super().__init__()
         self.session = session
-        registry = get_registry()
-        self.lookup = registry.lookup
-        self.transparent = registry.transparent
         self.reflected = ReflectedSlots()
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if kwargs is None:
-            kwargs = {}
+    def passthrough(self) -> bool:
         if torch.compiler.is_compiling():
             self.session.compiled = True
-            return func(*args, **kwargs)
+            return True
+        return self.session.busy
+
+    def unnamed(self, func, args, kwargs):
         session = self.session
-        if session.busy:
-            return func(*args, **kwargs)
-        try:
-            transparent = func in self.transparent
-        except TypeError:
-            transparent = False
-        if transparent:               # msprobe records what its body calls: run the body with capture on
-            with self:
-                return func.__wrapped__(*args, **kwargs)
-        name = self.lookup(func, args)
-        if name is None or sys._getframe(1).f_code.co_filename.endswith(_INTERNAL_CALLERS):
-            if session.cache is not None:
-                _note_writes(session, func, args, kwargs)
-            return func(*args, **kwargs)
+        if session.cache is not None:
+            _note_writes(session, func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def named(self, prefix, api, func, args, kwargs):
+        session = self.session
         if session.compiled or session.saw_compiled:
             session.forget_reuse()    # compiled kernels write tensors without a version bump: nothing is reused
-        return session.run_api(name[0], name[1], func, args, kwargs)
+        return session.run_api(prefix, api, func, args, kwargs)
 
     # --- installation ----------------------------------------------------------------------------
     def push(self) -> None:

@@ -158,8 +158,11 @@ class ApiRegistry:
                 pass
 
     # --- look-up -------------------------------------------------------------------------------
-    def lookup(self, func: Callable, args: tuple) -> Optional[ApiName]:
-        """The dump name of a call, or None when the call is not recorded."""
+    def lookup(self, func: Callable, args: tuple, infer_reflected: bool = False) -> Optional[ApiName]:
+        """The dump name of a call, or None when the call is not recorded.
+
+        ``infer_reflected``: without the dumper's slot wrappers, tell ``0.5 * x`` (``Tensor.__rmul__``) from
+        ``x * 0.5`` by the calling code (:func:`reflected_operand`)."""
         marked = getattr(_REFLECTED, "call", None)
         if marked is not None and args and args[0] is marked[0]:
             _REFLECTED.call = None
@@ -169,9 +172,13 @@ class ApiRegistry:
         except TypeError:
             return None
         if op_method is not None:
-            dunder = self._operator_dunder(args)
+            dunder = self._operator_dunder(args, infer_reflected)
             if dunder is not None:
                 return ("Tensor", dunder) if dunder in self.tensor_names else None
+        if infer_reflected and len(args) > 1 and not isinstance(args[1], torch.Tensor):
+            via = _REFLECTED_VIA.get(getattr(func, "__name__", None))     # ``True | b`` arrives as bitwise_or
+            if via is not None and self._operator_dunder(args, True) == via:
+                return ("Tensor", via) if via in self.tensor_names else None
         try:
             name = self.by_func.get(func)
         except TypeError:
@@ -189,7 +196,7 @@ class ApiRegistry:
                 return ("Aten", qual.split("::", 1)[1])
         return None
 
-    def _operator_dunder(self, args: tuple) -> Optional[str]:
+    def _operator_dunder(self, args: tuple, infer_reflected: bool = False) -> Optional[str]:
         """The dunder the user's frame is executing, or None when it is a plain call.
 
         torch's own frames are passed over unless they execute the operator themselves (the body of
@@ -205,6 +212,10 @@ class ApiRegistry:
             if dunder is None and filename.endswith(_TENSOR_FILES):
                 frame = frame.f_back
                 continue
+            twin = _REFLECTED_TWIN.get(dunder) if infer_reflected else None
+            if twin is not None and len(args) > 1 and not isinstance(args[1], torch.Tensor) \
+                    and reflected_operand(frame, args[0]):
+                return twin
             return dunder
         return None
 
@@ -241,6 +252,112 @@ class ApiRegistry:
         if op in wrap_lists.UNARY_OPERATORS:
             return wrap_lists.UNARY_OPERATORS[op]
         return None
+
+
+_REFLECTED_TWIN = {"__add__": "__radd__", "__mul__": "__rmul__", "__or__": "__ror__", "__xor__": "__rxor__",
+                   "__and__": "__rand__"}
+# reflected operators whose slot reaches the function mode as a named method of its own
+_REFLECTED_VIA = {"bitwise_or": "__ror__", "bitwise_xor": "__rxor__", "bitwise_and": "__rand__"}
+_LOCAL_LOADS = frozenset(("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR",
+                          "LOAD_FAST_LOAD_FAST", "LOAD_NAME", "LOAD_CLASSDEREF"))
+_operands: dict = {}                 # (code, offset) -> (left, right) operand descriptions, or None
+
+
+def _expression_start(instrs: list, end: int) -> Optional[int]:
+    """Index of the first instruction of the expression whose last instruction is ``end`` (straight code only).
+
+    In postfix code every proper suffix of an expression pushes at most nothing net, so walking back from its
+    end, the first point where the instructions push one value net is where it starts."""
+    import dis
+
+    depth = 0
+    for j in range(end, -1, -1):
+        ins = instrs[j]
+        if "JUMP" in ins.opname or ins.opname in ("FOR_ITER", "SEND", "RETURN_VALUE", "YIELD_VALUE"):
+            return None
+        try:
+            depth += dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
+        except (ValueError, TypeError):
+            return None
+        if depth == 1:
+            inner = instrs[j + 1:end + 1]
+            return None if any(getattr(i, "is_jump_target", False) for i in inner) else j
+        if depth > 1:
+            return None
+    return None
+
+
+def _describe(part: list) -> tuple:
+    """An operand's code: ("const",), ("name", kind, name), ("no locals",) or ("other",)."""
+    if len(part) == 1:
+        ins = part[0]
+        if ins.opname in ("LOAD_CONST", "RETURN_CONST", "LOAD_SMALL_INT"):
+            return ("const",)
+        if ins.opname in _LOCAL_LOADS and isinstance(ins.argval, str):
+            return ("name", "local", ins.argval)
+        if ins.opname == "LOAD_GLOBAL" and isinstance(ins.argval, str):
+            return ("name", "global", ins.argval)
+    if not any(ins.opname in _LOCAL_LOADS for ins in part):
+        return ("no locals",)
+    return ("other",)
+
+
+def _operand_parts(code: Any, offset: int) -> Optional[tuple]:
+    key = (code, offset)
+    if key in _operands:
+        return _operands[key]
+    found = None
+    try:
+        from dumpers.torch_dump.callargs import instruction_index, instructions
+
+        instrs = instructions(code)
+        index = instruction_index(instrs, offset)
+        right = _expression_start(instrs, index - 1)
+        left = _expression_start(instrs, right - 1) if right is not None and right > 0 else None
+        if right is not None and left is not None:
+            found = (_describe(instrs[left:right]), _describe(instrs[right:index]))
+    except Exception:
+        found = None
+    if len(_operands) > 100_000:
+        _operands.clear()
+    _operands[key] = found
+    return found
+
+
+def _value_of(frame: types.FrameType, desc: tuple) -> Any:
+    kind, name = desc[1], desc[2]
+    if kind == "local":
+        return frame.f_locals.get(name, _UNKNOWN)
+    if name in frame.f_globals:
+        return frame.f_globals[name]
+    return frame.f_builtins.get(name, _UNKNOWN)
+
+
+_UNKNOWN = object()
+
+
+def reflected_operand(frame: types.FrameType, tensor: Any) -> bool:
+    """Whether the binary operator ``frame`` executes has the tensor on its right (``0.5 * x``).
+
+    Read from the code: an operand that is a constant, or a name whose value is known, or (on the left) an
+    expression of no local variable (``math.sqrt(2 / math.pi) * x``). Unknown cases read as not reflected."""
+    parts = _operand_parts(frame.f_code, frame.f_lasti)
+    if parts is None:
+        return False
+    left, right = parts
+    if right[0] == "const":
+        return False
+    if left[0] == "const":
+        return True
+    if right[0] == "name":
+        value = _value_of(frame, right)
+        if value is not _UNKNOWN:
+            return value is tensor or isinstance(value, torch.Tensor)
+    if left[0] == "name":
+        value = _value_of(frame, left)
+        if value is not _UNKNOWN:
+            return not isinstance(value, torch.Tensor)
+    return left[0] == "no locals" and right[0] != "no locals"
 
 
 def _python_dunders(names: tuple) -> list:

@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "summary": ("pytest_msprobe.cli.summary", "summarise an accuracy_checking_result CSV"),
     "generate": ("pytest_msprobe.cli.generate", "turn captured calls into a committed regression test suite"),
     "html-report": ("pytest_msprobe.cli.html_report", "render the HTML report of an accuracy-check run"),
+    "attribute": ("pytest_msprobe.cli.attribute", "which API calls explain a training step's drift (runs the script)"),
 }
 
 
@@ -35,6 +36,7 @@ EPILOG = """examples:
   pytest-msprobe overflow-check -i npu_dump/step0 -o overflow_out
   pytest-msprobe grad-compare run1/ run2/ -o grad_out/
   pytest-msprobe repair-dump dump/step0/rank
+  pytest-msprobe attribute train.py:step --candidates out/accuracy_checking_result_X.csv -o attr/
 
 'pytest-msprobe COMMAND --help' explains each command."""
 
