@@ -557,11 +557,10 @@ def checker_figures(workdir: str, torch_s: float, rounds: int = 7) -> None:
     print(f"checker, bf16 tensor dump of one step ({entries} entries, {size / 1e6:.0f} MB):")
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
                     f"--msprobe-api-info={dump_json}"], cwd=workdir, env=_env(), capture_output=True)  # warm cache
-    ones, twos, fresh = [], [], []
+    ones, twos = [], []
     for _ in range(rounds):            # interleaved rounds, so that a busy moment of the machine hits all alike
         ones.append(_pytest(workdir, dump_json, [], "n1"))
         twos.append(_pytest(workdir, dump_json, ["-n", "2"], "n2"))
-        fresh.append(_pytest(workdir, dump_json, ["-n", "2"], "n2f", {"MSPROBE_FORK_WORKERS": "0"}))
     one, two = min(ones, key=lambda r: r["wall"]), min(twos, key=lambda r: r["wall"])
     first = min(r["first"] for r in ones)      # the best of each, as for import torch
     firsts = ", ".join(f"{r['first']:.2f}" for r in ones)
@@ -571,7 +570,6 @@ def checker_figures(workdir: str, torch_s: float, rounds: int = 7) -> None:
     print(f"  one worker {one['wall']:.2f} s end to end (target <= 5.0 s), peak RSS {one['rss_mib']:.0f} MiB")
     print(f"  -n 2       {two['wall']:.2f} s end to end, peak RSS of its largest process {two['rss_mib']:.0f} MiB")
     _ratios("-n 2 / one worker (target <= 0.85x)", ones, twos)
-    _ratios("-n 2 with fresh workers (MSPROBE_FORK_WORKERS=0) / one worker", ones, fresh)
     source = os.path.join(ROOT, "tests", "data", "msprobe_26_2_bf16")
     if os.path.isdir(source):          # the one-layer GPT-2 and Llama dumps: little compute to share
         small = os.path.join(workdir, "small_dumps")      # outside the repository (its conftest is its own)

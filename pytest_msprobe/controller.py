@@ -31,7 +31,7 @@ class Controller:
 
     def __init__(self, config: Any, settings: Any, plan: resume.ResumePlan, *, dump_files: set,
                  device: str, baseline_failing: set | None = None, dump_order: Callable[[], list] | None = None,
-                 hosts: Any = None, fork_server: Any = None, costs: dict | None = None) -> None:
+                 hosts: Any = None, costs: dict | None = None) -> None:
         self.config = config
         self.settings = settings
         self.plan = plan
@@ -41,7 +41,6 @@ class Controller:
         self.baseline_failing = set(baseline_failing or ())    # failing in --msprobe-baseline (sent to workers)
         self.dump_order = dump_order          # -> every API name in dump order
         self.hosts = hosts                    # HostController of a run with xdist workers, else None
-        self.fork_server = fork_server        # forkserver.ForkServer of a run with local workers, else None
         self.costs = costs                    # file node id -> each call's cost, for the workers' order
         self.lastfailed = dict(plan.lastfailed) if plan.lastfailed is not None else None
         self.writer: Any = None
@@ -58,7 +57,7 @@ class Controller:
 
     @classmethod
     def for_session(cls, config: Any, sess: Any, plan: resume.ResumePlan, baseline_failing: set,
-                    fork_server: Any = None, costs: dict | None = None) -> Controller:
+                    costs: dict | None = None) -> Controller:
         """The controller of ``sess``'s run. Raises ValueError: too many workers for a host's devices."""
         from .host_controller import HostController
         s = sess.settings
@@ -67,7 +66,7 @@ class Controller:
             hosts.check_limits()
         return cls(config, s, plan, dump_files=sess.dump_files,
                    device=sess.backend_name() + (f" {s.devices}" if s.devices else ""),
-                   baseline_failing=baseline_failing, hosts=hosts, fork_server=fork_server, costs=costs,
+                   baseline_failing=baseline_failing, hosts=hosts, costs=costs,
                    dump_order=lambda: [case.name for path in sess.dump_paths for case in sess.cases_of(path)])
 
     # --- files ------------------------------------------------------------------------------------------
@@ -117,8 +116,6 @@ class Controller:
     # --- hooks: xdist workers and their hosts -----------------------------------------------------------------
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_setupnodes(self, config: Any, specs: Any) -> None:
-        if self.fork_server is not None:    # plain local workers are forked from it, ready to run
-            self.fork_server.adopt(specs)
         if self.hosts is not None:
             self.hosts.setup_nodes(config)
 
@@ -248,10 +245,6 @@ class Controller:
         terminalreporter.section("msprobe accuracy check")
         for line in self.summary_lines():
             terminalreporter.write_line(line)
-        problem = self.fork_server.failure() if self.fork_server is not None and self.fork_server.used else ""
-        if problem:
-            terminalreporter.write_line(f"msprobe: local workers started as fresh interpreters (their fork server "
-                                        f"failed: {problem})")
         lost = self.hosts.summary_lines() if self.hosts is not None else []
         if lost:
             terminalreporter.section("msprobe hosts")

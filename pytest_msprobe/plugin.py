@@ -21,7 +21,6 @@ from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, freeze_long_lived, is
 from .settings import Settings, add_options
 
 CONTROLLER_KEY = pytest.StashKey["Any"]()
-FORK_SERVER_KEY = pytest.StashKey["Any"]()
 
 
 def pytest_addhooks(pluginmanager: Any) -> None:
@@ -30,35 +29,6 @@ def pytest_addhooks(pluginmanager: Any) -> None:
 
 def pytest_addoption(parser: Any) -> None:
     add_options(parser)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: Any, parser: Any, args: list) -> None:
-    """As early as the options are known, before any conftest: a run with local xdist workers starts its fork
-    server, which imports what every worker needs while the controller is still starting (:mod:`.forkserver`);
-    this controller has imported pytest and its plugins, and so will the server that it forks from itself."""
-    api_info = getattr(early_config.known_args_namespace, "msprobe_api_info", None)
-    if api_info:
-        _start_fork_server(early_config, early_config.known_args_namespace, before_fork=lambda: _read_ahead(api_info))
-
-
-def _read_ahead(api_info: Any) -> None:
-    """Before the controller forks its server: read the dumps, so that neither the server nor any worker
-    forked from it reads or scans them again (``generators.loader.read_ahead``)."""
-    from generators.loader import read_ahead
-    read_ahead(api_info)
-
-
-def _start_fork_server(config: Any, option: Any, controller: bool = False, before_fork: Any = None) -> Any:
-    server = config.stash.get(FORK_SERVER_KEY, None)
-    if server is None:
-        from . import forkserver
-        server = forkserver.for_run(option, config.pluginmanager.rewrite_hook, controller, before_fork)
-        if server is not None:
-            config.stash[FORK_SERVER_KEY] = server
-            from .session import CheckSession
-            server.send(list(CheckSession.ANY_RUN_MODULES))     # while the controller configures
-    return server
 
 
 def _usage(prefix: str, fn: Callable[[], Any], errors: tuple = (ValueError, OSError)) -> Any:
@@ -97,7 +67,7 @@ def pytest_configure(config: Any) -> None:
     # device without taking it: no torch import, no thread count set for calls that never run
     in_process = not config.option.collectonly and (workerinput is not None or not workers_run_calls(config))
     if in_process and runs_calls_here(config):
-        sess.import_call_modules(config.pluginmanager.rewrite_hook)
+        sess.import_call_modules()
     _usage("--msprobe-device-type", lambda: sess.check_backend(runs_calls_here(config), in_process), (ValueError,))
     plan, baseline = None, set()
     if workerinput is not None:
@@ -117,13 +87,9 @@ def pytest_configure(config: Any) -> None:
         done, timestamp = (plan.done, plan.timestamp) if plan else (set(), "")
         lastfailed = plan.lastfailed if plan else read_lastfailed(config)
     sess.begin(timestamp)
-    server = _start_fork_server(config, config.option, controller=True) if workerinput is None else None
-    if server is not None:              # what a worker imports to run its calls, then it may fork them
-        server.send(sess.worker_modules())
-        server.ready()
-    costs = None                        # the order of the workers' calls, worked out here once (meanwhile
-    if plan is not None and workers_run_calls(config) and not _narrowed(config, plan):  # the server imports
-        costs = sess.call_costs(lambda path: node_path(config.rootpath, path))      # torch)
+    costs = None                        # the order of the workers' calls, worked out here once
+    if plan is not None and workers_run_calls(config) and not _narrowed(config, plan):
+        costs = sess.call_costs(lambda path: node_path(config.rootpath, path))
     selection = Selection(settings, is_api_item=is_api_item, done=done, baseline_failing=baseline,
                           baseline=(workerinput or {}).get("msprobe_baseline"),
                           lastfailed=lastfailed if getattr(config, "cache", None) is not None else None,
@@ -136,8 +102,7 @@ def pytest_configure(config: Any) -> None:
     config.pluginmanager.register(LastFailedGuard(selection), "msprobe-lastfailed-guard")
     if plan is not None:
         from .controller import NAME, Controller
-        controller = _usage("pytest-msprobe", lambda: Controller.for_session(config, sess, plan, baseline, server,
-                                                                             costs))
+        controller = _usage("pytest-msprobe", lambda: Controller.for_session(config, sess, plan, baseline, costs))
         config.stash[CONTROLLER_KEY] = controller
         config.pluginmanager.register(controller, NAME)
         if workers_run_calls(config):   # a controller: what it has made so far lives to its end, and the full
@@ -163,10 +128,6 @@ def _set_args(config: Any, files: list) -> None:
 
 
 def pytest_unconfigure(config: Any) -> None:
-    server = config.stash.get(FORK_SERVER_KEY, None)
-    if server is not None:
-        del config.stash[FORK_SERVER_KEY]
-        server.close()
     sess = config.stash.get(SESSION_KEY, None)
     if sess is not None:
         sess.close()

@@ -113,14 +113,11 @@ class CheckSession:
             torch.set_num_threads(before)
             self._threads_before = None
 
-    ANY_RUN_MODULES = ("numpy",)        # what the worker of any check imports, whatever its dumps
-
-    def worker_modules(self) -> list:
-        """What a worker of this run imports before its first call and a fork server can import for all of
-        them: numpy (:data:`ANY_RUN_MODULES`, sent to the server before the dumps are read) and, for PyTorch
-        dumps, torch. Not MindSpore (not imported before a fork)."""
+    def call_modules(self) -> list:
+        """What this process imports before its first call: numpy and, for PyTorch dumps, torch (MindSpore is
+        left to its adapter)."""
         frameworks = {cases[0].framework for cases in (self._cases or {}).values() if cases}
-        return list(self.ANY_RUN_MODULES) + (["torch"] if "pytorch" in frameworks else [])
+        return ["numpy"] + (["torch"] if "pytorch" in frameworks else [])
 
     def call_costs(self, node_id: Any) -> dict:
         """File node id (``node_id(path)``) -> the cost of each of its calls in dump order
@@ -134,33 +131,21 @@ class CheckSession:
             return {node_id(path): [call_cost(case.peek()) for case in self.cases_of(path)]    # nothing kept
                     for path in self.dump_paths}
 
-    def import_call_modules(self, rewrite_hook: Any) -> None:
-        """Import what this process's calls need (:meth:`worker_modules`) with pytest's assertion rewriter
-        (``rewrite_hook``, first in ``sys.meta_path``) set aside: it rewrites only test files and plugins, and
-        asking it about each of torch's thousand modules costs about 50 ms. A fork server imports them without
-        it too; a forked worker has them already. Automatic garbage collection is paused meanwhile (as in the
-        server): torch's objects live to the end and hold no garbage, and the full passes their number triggers
-        would walk them all, about 150 ms before the first call."""
+    def import_call_modules(self) -> None:
+        """Import what this process's calls need (:meth:`call_modules`) with automatic garbage collection paused:
+        torch's objects live to the end and hold no garbage, and the full passes their number triggers would
+        walk them all, about 150 ms before the first call."""
         import importlib
         import sys
 
         from generators.jsonsafe import paused_gc
-        names = [n for n in self.worker_modules() if n not in sys.modules]
-        if not names:
-            return
-        at = sys.meta_path.index(rewrite_hook) if rewrite_hook in sys.meta_path else None
-        if at is not None:
-            sys.meta_path.pop(at)
-        try:
-            with paused_gc():
-                for name in names:
+        with paused_gc():
+            for name in self.call_modules():
+                if name not in sys.modules:
                     try:
                         importlib.import_module(name)
                     except ImportError:
                         pass            # the backend reports what is missing, as without this
-        finally:
-            if at is not None and rewrite_hook not in sys.meta_path:
-                sys.meta_path.insert(min(at, len(sys.meta_path)), rewrite_hook)
 
     # --- running ----------------------------------------------------------------------------------------
     def _plugin_args(self) -> list:
