@@ -2,7 +2,7 @@
 
 One :class:`CheckSession` lives in ``config.stash`` of every process (controller and xdist workers).
 The backend and torch are set up on the first item, not at start-up. A worker runs on the device of its
-slot on its host, which the controller gives it (``msprobe_slot``; else the number of its worker id).
+slot on its host, which the controller gives it in its brief (:mod:`.brief`; else the number of its worker id).
 """
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ class CheckSession:
     """Settings plus what is needed to run cases in this process."""
 
     def __init__(self, config: Any, settings: Settings, dump_paths: list | None = None, *,
-                 timestamp: str = "", node_ids: dict | None = None) -> None:
+                 timestamp: str = "", node_ids: dict | None = None, brief: Any = None) -> None:
         self.config = config
         self.settings = settings
-        wi = getattr(config, "workerinput", None) or {}
-        self.worker_id = wi.get("workerid")
-        self.host = wi.get("msprobe_host")                  # a worker's host, as the controller names it
-        self.slot = int(wi["msprobe_slot"]) if "msprobe_slot" in wi else worker_index(self.worker_id)
-        self.host_workers = int(wi.get("msprobe_host_workers") or 0)   # the workers of that host
+        self.worker_id = (getattr(config, "workerinput", None) or {}).get("workerid")
+        self.host = getattr(brief, "host", None)            # a worker's host, as the controller names it
+        slot = getattr(brief, "slot", None)                 # its device slot there (else its worker number)
+        self.slot = int(slot) if slot is not None else worker_index(self.worker_id)
+        self.host_workers = int(getattr(brief, "host_workers", 0) or 0)    # the workers of that host
         self.dump_paths = list(dump_paths or [])            # the dump.json files being checked, in order
         self.dump_files = {os.path.realpath(f) for f in self.dump_paths}     # the same, as real paths
         # real path -> node id the controller gave it (workers on other hosts); else pytest's own

@@ -39,7 +39,7 @@ from .standards import (
     get_standard,
     standard_for,
 )
-from .verdict import WARNING_KEY
+from .verdict import WARNING_KEY, worst_judged
 
 MSG_TYPE = "bench and npu output type is different."
 MSG_DICT_KEYS = "bench and npu output dict keys are different."
@@ -139,11 +139,7 @@ def rollup(statuses: Sequence[str], *, version: str | StandardVersion = DEFAULT_
             elif s == WARNING_KEY:
                 verdict = std.warning
         return verdict
-    if ERROR in low:
-        return ERROR
-    if WARNING_KEY in low:
-        return std.warning
-    return PASS
+    return std.spell(worst_judged(low) or PASS)
 
 
 def _to_numpy(x: Any) -> np.ndarray:
