@@ -64,7 +64,7 @@ class DumpFile(pytest.File):
             for index, case in enumerate(cases):
                 yield ApiItem.from_parent(self, name=case.name, case=case, index=index,
                                           skip_reason=selection.skip_reason(case))
-            settle(len(cases), self.config)
+            freeze_if_many(len(cases), self.config)
 
 
 class ApiItem(pytest.Item):
@@ -145,7 +145,7 @@ def freeze_long_lived(config: Any) -> None:
         _AT_EXIT.append(True)
 
 
-def settle(count: int, config: Any) -> None:
+def freeze_if_many(count: int, config: Any) -> None:
     """With :data:`SETTLE_AT` or more cases or items, :func:`freeze_long_lived`. Called with automatic
     collection paused, it also spares the one pass that would follow the pause."""
     if count >= SETTLE_AT:

@@ -36,7 +36,6 @@ class HostController:
         self.paths = paths
         self.workers = Counter(hosts.host_of(s, proxies) for s in specs)
         self.remote = any(hosts.is_remote(s) for s in specs)
-        self.invocation = config.invocation_params
         self.slots: dict = {}               # host -> set of slots in use
         self.node_slot: dict = {}           # gateway id -> (host, slot)
         self.ready: set = set()             # hosts that started a worker

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from . import hookspec
-from .collect import SESSION_KEY, is_api_item, settle
+from .collect import SESSION_KEY, is_api_item, freeze_if_many
 from .settings import add_options
 
 
@@ -61,4 +61,4 @@ def pytest_collect_file(file_path: Any, parent: Any) -> Any:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: Any) -> None:
     if session.config.stash.get(SESSION_KEY, None) is not None:
-        settle(len(session.items), session.config)   # before the terminal lists them: its collections walk them
+        freeze_if_many(len(session.items), session.config)   # before the terminal lists them: its collections walk them

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pytest
 
-from .collect import SELECTION_KEY, SESSION_KEY, freeze_long_lived, is_api_item, node_path, settle
+from .collect import SELECTION_KEY, SESSION_KEY, freeze_long_lived, is_api_item, node_path, freeze_if_many
 from .settings import Settings
 
 CONTROLLER_KEY = pytest.StashKey["Any"]()
@@ -51,7 +51,7 @@ def configure(config: Any) -> None:
     config.stash[SESSION_KEY] = sess
     with paused_gc():               # the cases of a large dump are many objects and no garbage
         usage("--msprobe-api-info", sess.load, (ValueError,))    # a file unreadable as a whole is a usage error
-        settle(sum(len(sess.cases_of(f)) for f in files), config)
+        freeze_if_many(sum(len(sess.cases_of(f)) for f in files), config)
     worker = hasattr(config, "workerinput")
     # a process that runs no call here (--collect-only, or a controller whose workers run them) checks the
     # device without taking it: no torch import, no thread count set for calls that never run
@@ -79,7 +79,7 @@ def configure(config: Any) -> None:
         done, timestamp = (plan.done, plan.timestamp) if plan else (set(), "")
         unwritten = plan.unwritten(c.name for f in files for c in sess.cases_of(f)) if plan else []
         lastfailed = plan.lastfailed if plan else read_lastfailed(config)
-    sess.begin(timestamp)
+    sess.timestamp = timestamp       # of the run's CSV pair (the controller decided it, or told this worker)
     costs = None                        # the order of the workers' calls, worked out here once
     if plan is not None and workers_run_calls(config) and not _narrowed(config, plan):
         costs = sess.call_costs(lambda path: node_path(config.rootpath, path))

@@ -38,10 +38,6 @@ class CheckSession:
         self._cases: dict | None = None
         self._gpu: Any = None
 
-    def begin(self, timestamp: str) -> None:
-        """The run's CSV pair is known (the controller decided it, or told this worker)."""
-        self.timestamp = timestamp
-
     def gpu_reference(self) -> Any:
         """The ``--msprobe-gpu-csv`` rows, read once per process (None without the option)."""
         if self._gpu is None and self.settings.gpu_csv:
