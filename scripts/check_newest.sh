@@ -36,7 +36,7 @@ for dep in deps:
 EOF
 )
   # shellcheck disable=SC2086
-  "$tmp/venv/bin/python" -m pip install -q --no-deps $lows "pluggy==1.3.0" "iniconfig==2.0.0"
+  "$tmp/venv/bin/python" -m pip install -q --no-deps $lows "pluggy==1.3.0" "iniconfig==2.0.0" attrs sortedcontainers
 fi
 "$tmp/venv/bin/python" -c 'import pytest, xdist, execnet, hypothesis, pluggy
 print(f"pytest {pytest.__version__}, pytest-xdist {xdist.__version__}, execnet {execnet.__version__}, "
