@@ -213,7 +213,8 @@ def test_gpu_csv_compare_decides_exit_status(project):
     assert glob.glob(str(project.path / "api_precision_compare_result_*.csv"))
     # the items follow the compare: only the perturbed API fails, with the compare's reason
     res.assert_outcomes(failed=1, passed=14)
-    res.stdout.fnmatch_lines(["*FAILED*Functional.gelu.0*NPU-vs-GPU compare: forward error*"])
+    res.stdout.fnmatch_lines(["*_ dump.json::Functional.gelu.0 _*", "NPU-vs-GPU compare: forward error*",
+                              "*FAILED*Functional.gelu.0*"])     # the failure's text (any pytest's summary)
 
 
 def test_gpu_csv_judges_items_by_the_compare_not_the_raw_status(project):
