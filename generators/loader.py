@@ -303,55 +303,16 @@ def _finish(call: _Call, framework: str, dump_json: str, tensor_dir: str | None,
                    tensor_dir_problem=dir_problem if tensor_dir is None else None)
 
 
-_READ_AHEAD: dict = {}       # real path -> (file identity, max_json_bytes, result): for the next load of it
-
-
-def _identity(path: str) -> tuple:
-    st = os.stat(path)
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
-
-
-def read_ahead(paths: str | os.PathLike | Sequence, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -> int:
-    """Load the dump files named by ``paths`` now, for the next :func:`load_dump_file` of each in this
-    process, or in each process forked from it (a fork server and its xdist workers then read and scan none
-    of them again). That load takes the result once, if the file is still the same one, unchanged (device,
-    inode, size, modification and change times); otherwise it reads the file itself. A file that fails to
-    load is left for that load to report. Returns how many files were read."""
-    try:
-        files = find_dump_files(paths)
-    except Exception:  # noqa: BLE001 - DumpError and the like: the run's own load reports it
-        return 0
-    count = 0
-    for path in files:
-        try:
-            identity = _identity(path)
-            result = _load_dump_file(path, max_json_bytes)
-        except Exception:  # noqa: BLE001 - as above
-            continue
-        _READ_AHEAD[os.path.realpath(path)] = (identity, max_json_bytes, result)
-        count += 1
-    return count
-
-
 def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -> tuple:
     """Cases and excluded keys of one dump.json.
 
     The text is checked as a whole here, but an entry is parsed, and checked, only when its case is first
     asked for its entries or its problem (see :class:`_LazyCase`); a dump that is not plain, valid JSON with
-    distinct keys is parsed as a whole at once instead, with the same outcome. A file :func:`read_ahead` has
-    loaded is not read again.
+    distinct keys is parsed as a whole at once instead, with the same outcome.
 
     Raises:
         DumpError: unreadable, too large, not JSON, not an object with a ``data`` object.
     """
-    if _READ_AHEAD:
-        ahead = _READ_AHEAD.pop(os.path.realpath(path), None)
-        if ahead is not None and ahead[1] == max_json_bytes:
-            try:
-                if ahead[0] == _identity(path):
-                    return ahead[2]
-            except OSError:
-                pass                    # gone since: the read below says so
     return _load_dump_file(path, max_json_bytes)
 
 

@@ -3,9 +3,9 @@
 Node ids are ``<path to dump.json>::<call name>`` (``step0/rank/dump.json::Functional.linear.0``), in dump
 order, the same on every run and every xdist worker, so ``-k Functional.linear.0``, ``--lf`` and ``-n``
 work as for ordinary tests. A worker on another host collects the controller's dump files (mapped to its
-host) under the controller's node ids (:func:`sent_files`), so they agree on every host. An item runs its
+host) under the controller's node ids (its brief, :mod:`.brief`), so they agree on every host. An item runs its
 case through the session, sends its payload (:mod:`.wire`) and takes the outcome that
-:func:`pytest_msprobe.precision.verdict.item_outcome` decides.
+:func:`pytest_msprobe.precision.verdict.item_outcome` decides in one call.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from . import wire
-from .precision.verdict import FAILED, SKIPPED, item_outcome
+from .precision.verdict import FAILED, SKIPPED, is_failing, item_outcome
 from .replay import CaseResult, data_mode, describe, seed_note, skip_result
+from .wire import ItemPayload
 
 SESSION_KEY = pytest.StashKey["Any"]()      # this process's CheckSession
 SELECTION_KEY = pytest.StashKey["Any"]()    # this process's Selection
@@ -40,24 +40,6 @@ def node_path(rootpath: Any, path: str) -> str:
     root = os.path.realpath(str(rootpath))
     rel = os.path.relpath(real, root) if real.startswith(root.rstrip(os.sep) + os.sep) else None
     return (rel or real).replace(os.sep, "/")
-
-
-def sent_files(workerinput: dict | None) -> list | None:
-    """(path, node id) of each dump file the controller sent a worker on another host; None elsewhere.
-
-    Raises:
-        ValueError: a file that is not there, naming the host and the option that maps paths.
-    """
-    sent = (workerinput or {}).get("msprobe_files")
-    if not sent:
-        return None
-    host = workerinput.get("msprobe_host", "?")
-    for path, _ in sent:
-        if not os.path.isfile(path):
-            raise ValueError(f"on host {host}: dump file {path} does not exist; put the dump on storage that "
-                             f"every host reaches at the same path, or give its directory there with "
-                             f"--msprobe-host-path")
-    return [(str(path), str(nodeid)) for path, nodeid in sent]
 
 
 class DumpFile(pytest.File):
@@ -82,7 +64,7 @@ class DumpFile(pytest.File):
             for index, case in enumerate(cases):
                 yield ApiItem.from_parent(self, name=case.name, case=case, index=index,
                                           skip_reason=selection.skip_reason(case))
-            settle(len(cases), self.config)
+            freeze_if_many(len(cases), self.config)
 
 
 class ApiItem(pytest.Item):
@@ -95,7 +77,7 @@ class ApiItem(pytest.Item):
         self.index = index                    # the call's position in its dump file
         self.skip_reason = skip_reason
         self.result: CaseResult | None = None
-        self.payload: dict | None = None      # for the controller, on the call's report (see wire)
+        self.payload: ItemPayload | None = None   # for the controller, on the call's report (see wire)
 
     def runtest(self) -> None:
         sess = self.config.stash[SESSION_KEY]
@@ -106,29 +88,31 @@ class ApiItem(pytest.Item):
         else:
             result = sess.run(self.case, str(self.path))
         self.result = result
-        payload = self.payload = wire.build(result, fail_on=settings.fail_on, precision=settings.precision)
-        self.user_properties.extend(wire.properties(payload))
+        payload = self.payload = ItemPayload.of(result, fail_on=settings.fail_on, precision=settings.precision)
+        self.user_properties.extend(payload.properties())
         note = seed_note(result)
         if result.skipped:
             pytest.skip(f"{result.message}{note}")
         gpu = None
-        if settings.gpu_csv and payload["details"]:      # dropout-like APIs have no rows: their own rule decides
-            gpu = sess.gpu_reference().judge(self.name, payload["details"])
+        if settings.gpu_csv and payload.cells:      # dropout-like APIs have no rows: their own rule decides
+            gpu = sess.gpu_reference().judge(self.name, payload.cells)
             if gpu is None:
                 pytest.skip(f"NPU-vs-GPU compare: {self.name} has no rows in {settings.gpu_csv}")
-        unfaithful = result.fidelity_failure(settings.fidelity)
         outcome = item_outcome(result.forward, result.backward, fail_on=settings.fail_on,
-                               reference=(gpu.forward, gpu.backward) if gpu is not None else None)
-        if outcome == FAILED and gpu is not None:
+                               reference=(gpu.forward, gpu.backward) if gpu is not None else None,
+                               fidelity=result.fidelity.values(), fidelity_mode=settings.fidelity)
+        if outcome == SKIPPED and gpu is not None:
+            pytest.skip(f"NPU-vs-GPU compare: SKIP {gpu.message.strip()}")
+        if outcome != FAILED:
+            return
+        unfaithful = result.fidelity_failure(settings.fidelity)
+        if gpu is not None and is_failing(gpu.forward, gpu.backward, fail_on=settings.fail_on):
             raise ApiFailure(f"NPU-vs-GPU compare: forward {gpu.forward}, backward {gpu.backward or '-'}"
                              f"{(': ' + gpu.message.strip()) if gpu.message.strip() else ''}\n"
                              f"device vs bench: {describe(result, note)}")
-        if outcome == FAILED:
+        if gpu is None and result.failing(settings.fail_on):
             raise ApiFailure(describe(result, note) + (f"\n{unfaithful}" if unfaithful else ""))
-        if unfaithful and outcome != SKIPPED:
-            raise ApiFailure(unfaithful)
-        if outcome == SKIPPED and gpu is not None:
-            pytest.skip(f"NPU-vs-GPU compare: SKIP {gpu.message.strip()}")
+        raise ApiFailure(unfaithful)
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
         if isinstance(excinfo.value, ApiFailure):
@@ -161,7 +145,7 @@ def freeze_long_lived(config: Any) -> None:
         _AT_EXIT.append(True)
 
 
-def settle(count: int, config: Any) -> None:
+def freeze_if_many(count: int, config: Any) -> None:
     """With :data:`SETTLE_AT` or more cases or items, :func:`freeze_long_lived`. Called with automatic
     collection paused, it also spares the one pass that would follow the pause."""
     if count >= SETTLE_AT:

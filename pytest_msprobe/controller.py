@@ -14,10 +14,11 @@ from typing import Any, Callable
 
 import pytest
 
-from . import resume, wire
+from . import resume
 from .precision.verdict import FAITHFUL, is_unfaithful
 from .report import acc_csv
 from .report.standard_detect import mark_data_mode
+from .wire import ItemPayload, crash_reason
 
 NAME = "msprobe-controller"
 
@@ -31,7 +32,7 @@ class Controller:
 
     def __init__(self, config: Any, settings: Any, plan: resume.ResumePlan, *, dump_files: set,
                  device: str, baseline_failing: set | None = None, dump_order: Callable[[], list] | None = None,
-                 hosts: Any = None, fork_server: Any = None, costs: dict | None = None) -> None:
+                 hosts: Any = None, costs: dict | None = None, unwritten: list | None = None) -> None:
         self.config = config
         self.settings = settings
         self.plan = plan
@@ -41,8 +42,8 @@ class Controller:
         self.baseline_failing = set(baseline_failing or ())    # failing in --msprobe-baseline (sent to workers)
         self.dump_order = dump_order          # -> every API name in dump order
         self.hosts = hosts                    # HostController of a run with xdist workers, else None
-        self.fork_server = fork_server        # forkserver.ForkServer of a run with local workers, else None
         self.costs = costs                    # file node id -> each call's cost, for the workers' order
+        self.unwritten = list(unwritten or ())    # --lf: APIs the CSV being continued lacks
         self.lastfailed = dict(plan.lastfailed) if plan.lastfailed is not None else None
         self.writer: Any = None
         self.written: set = set()
@@ -58,7 +59,7 @@ class Controller:
 
     @classmethod
     def for_session(cls, config: Any, sess: Any, plan: resume.ResumePlan, baseline_failing: set,
-                    fork_server: Any = None, costs: dict | None = None) -> Controller:
+                    costs: dict | None = None, unwritten: list | None = None) -> Controller:
         """The controller of ``sess``'s run. Raises ValueError: too many workers for a host's devices."""
         from .host_controller import HostController
         s = sess.settings
@@ -67,7 +68,7 @@ class Controller:
             hosts.check_limits()
         return cls(config, s, plan, dump_files=sess.dump_files,
                    device=sess.backend_name() + (f" {s.devices}" if s.devices else ""),
-                   baseline_failing=baseline_failing, hosts=hosts, fork_server=fork_server, costs=costs,
+                   baseline_failing=baseline_failing, hosts=hosts, costs=costs, unwritten=unwritten,
                    dump_order=lambda: [case.name for path in sess.dump_paths for case in sess.cases_of(path)])
 
     # --- files ------------------------------------------------------------------------------------------
@@ -117,14 +118,13 @@ class Controller:
     # --- hooks: xdist workers and their hosts -----------------------------------------------------------------
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_setupnodes(self, config: Any, specs: Any) -> None:
-        if self.fork_server is not None:    # plain local workers are forked from it, ready to run
-            self.fork_server.adopt(specs)
         if self.hosts is not None:
-            self.hosts.setup_nodes(config)
+            self.hosts.setup_nodes(specs)
 
     @pytest.hookimpl(optionalhook=True, trylast=True)
     def pytest_xdist_make_scheduler(self, config: Any, log: Any) -> Any:
-        """xdist: its ``load``/``worksteal`` scheduling with the largest calls dealt out one per worker first."""
+        """xdist: ``--dist load`` by our scheduler (:mod:`.schedule`): the largest calls dealt out one per
+        worker first, each local worker started once it has collected."""
         from .schedule import make
         return make(config, log)
 
@@ -135,19 +135,30 @@ class Controller:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
-        """xdist: workers learn the resume plan, the baseline and the calls' costs (their order) from the
-        controller, so every worker (on any host) collects alike, and their host and device slot."""
-        wi = node.workerinput
-        wi["msprobe_done"] = sorted(self.plan.done)
-        wi["msprobe_timestamp"] = self.plan.timestamp
-        wi["msprobe_lastfailed"] = self.plan.lastfailed
-        if self.costs:
-            wi["msprobe_costs"] = self.costs
-        if self.settings.baseline:
-            wi["msprobe_baseline"] = self.settings.baseline
-            wi["msprobe_baseline_failing"] = sorted(self.baseline_failing)
-        if self.hosts is not None:
-            self.hosts.configure_node(wi, node)
+        """xdist: each worker's brief (:mod:`.brief`): the settings, the resume plan, the baseline and the calls'
+        costs (their order), so every worker (on any host) collects alike, and its host and device slot."""
+        from .brief import WorkerBrief
+        place = self.hosts.brief(node) if self.hosts is not None else {}
+        brief = WorkerBrief(settings=place.pop("settings", None) or self.settings.brief(), done=sorted(self.plan.done),
+                            timestamp=self.plan.timestamp, lastfailed=self.plan.lastfailed,
+                            baseline_failing=sorted(self.baseline_failing), costs=self.costs or None,
+                            unwritten=self.unwritten, **place)
+        brief.send(node.workerinput)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_internalerror(self, excrepr: Any, excinfo: Any) -> Any:
+        """A host that cannot start a worker, or is lost, reaches pytest as xdist's internal error: one line
+        naming the host instead (:meth:`.host_controller.HostController.internal_error`)."""
+        line = self.hosts.internal_error(excinfo.value) if self.hosts is not None else None
+        if line is None:
+            return None
+        if self.hosts.lost:
+            pytest.exit(line, returncode=pytest.ExitCode.TESTS_FAILED)
+        dsession = self.config.pluginmanager.getplugin("dsession")
+        manager = getattr(dsession, "nodemanager", None)
+        if manager is not None:             # the run ends before its session starts: nothing else stops them
+            manager.teardown_nodes()
+        pytest.exit(line, returncode=pytest.ExitCode.USAGE_ERROR)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodeready(self, node: Any) -> None:
@@ -183,37 +194,35 @@ class Controller:
     def pytest_runtest_logreport(self, report: Any) -> None:
         if self.lastfailed is not None and self.is_api_nodeid(report.nodeid):
             resume.record(self.lastfailed, report)
-        data = wire.parse(report)
-        if data is not None and report.when == "call":
-            self._write(data)
+        payload = ItemPayload.from_report(report)
+        if payload is not None and report.when == "call":
+            self._write(payload)
             return
-        crashed = report.failed and data is None and report.when in ("setup", "call", "???")
+        crashed = report.failed and payload is None and report.when in ("setup", "call", "???")
         if crashed and self.is_api_nodeid(report.nodeid):
-            self._write(wire.crash(report.nodeid.split("::", 1)[1], wire.crash_reason(report)))
+            self._write(ItemPayload.crash(report.nodeid.split("::", 1)[1], crash_reason(report)))
 
-    def _write(self, data: dict) -> None:
-        name = data["name"]
-        if name in self.written:
+    def _write(self, data: ItemPayload) -> None:
+        if data.name in self.written:
             return
-        self.written.add(name)
+        self.written.add(data.name)
         if self.writer is None:
             self.prepare(None)
-        fidelity = data.get("fidelity") or []
-        self.writer.write_rows(data["result"], data["rows"],
-                               mark_data_mode(data.get("mode") or "", self.settings.standard), fidelity)
-        for row_name, text in zip(data["names"], fidelity):
+        self.writer.write_rows(data.result, data.rows, mark_data_mode(data.mode or "", self.settings.standard),
+                               data.fidelity)
+        for row_name, text in zip(data.names, data.fidelity):
             if text:
                 self.fidelity[text.split(":")[0].split(" ")[0]] += 1
                 if is_unfaithful(text):
                     self.unfaithful.append((acc_csv.cell_name(row_name), text))
-        self.forward[data["forward"]] += 1
-        self.backward[data["backward"] or "blank"] += 1
-        self.kinds[data.get("kind", data.get("mode")) or "-"] += 1
-        for standard, status in data.get("standards", []):
+        self.forward[data.forward] += 1
+        self.backward[data.backward or "blank"] += 1
+        self.kinds[data.kind or data.mode or "-"] += 1
+        for standard, status in data.standards:
             if standard:
                 self.per_standard.setdefault(standard, Counter())[status] += 1
-        if data.get("failing"):
-            self.worst.append(tuple(data.get("worst") or (name, "")))
+        if data.failing:
+            self.worst.append(tuple(data.worst or (data.name, "")))
 
     # --- hooks: the end ---------------------------------------------------------------------------------------
     def pytest_sessionfinish(self, session: Any, exitstatus: Any) -> None:
@@ -222,6 +231,9 @@ class Controller:
         self.writer.sync()
         if self.lastfailed is not None:
             resume.write_lastfailed(self.config, self.lastfailed)
+        ended = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
+        if exitstatus in ended and not (self.hosts is not None and self.hosts.lost):
+            resume.mark_finished(self.config)
         gpu_csv = self.settings.gpu_csv
         if gpu_csv and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             session.exitstatus = self._compare_against_gpu(gpu_csv)
@@ -248,10 +260,6 @@ class Controller:
         terminalreporter.section("msprobe accuracy check")
         for line in self.summary_lines():
             terminalreporter.write_line(line)
-        problem = self.fork_server.failure() if self.fork_server is not None and self.fork_server.used else ""
-        if problem:
-            terminalreporter.write_line(f"msprobe: local workers started as fresh interpreters (their fork server "
-                                        f"failed: {problem})")
         lost = self.hosts.summary_lines() if self.hosts is not None else []
         if lost:
             terminalreporter.section("msprobe hosts")

@@ -4,17 +4,19 @@ that cannot start or are lost.
 A collaborator of :class:`~.controller.Controller`, which calls it from its xdist hooks (one with any
 ``--tx``/``-n`` run). For every gateway it knows the host (:func:`.hosts.host_of`); a worker gets the
 lowest free device slot of its host (a worker that replaces a crashed one takes over its slot, so its
-device). A remote worker (:func:`.hosts.is_remote`) gets its own command line (:func:`.hosts.worker_args`)
-and the dump files under the controller's node ids (:func:`.collect.node_path`).
+device). A remote worker (:func:`.hosts.is_remote`) is sent the settings with its host's paths and the dump
+files under the controller's node ids (:func:`.collect.node_path`), in its brief (:mod:`.brief`).
 
-A host that cannot start a worker at all is one usage error naming the host and the cause. A host lost
-mid-run (its server, its network or the machine goes down) is not restarted: the call each of its workers
-was running becomes an ``error`` row naming the host (the controller writes it, :func:`.wire.crash`), the
-calls queued there go to the other hosts, and the run finishes; ``--lf`` checks the error rows again.
+Only xdist's hooks and pytest's are used. A host that cannot start a worker at all is one usage error naming
+the host and the cause: a gateway that cannot be made reaches pytest as an internal error, which
+:meth:`HostController.internal_error` turns into that one line; a worker that ends before it is ready is
+reported by ``pytest_testnodedown``, which raises it. A host lost mid-run (its server, its network or the
+machine goes down) leaves an ``error`` row for the call each of its workers was running (the controller writes
+it, :func:`.wire.crash`); xdist then tries to start a worker in its place, which fails, and the run stops
+there with one line naming the host, its CSVs whole; ``--lf`` checks the error rows and the calls not run.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from typing import Any
 
@@ -22,8 +24,6 @@ import pytest
 
 from . import hosts
 from .collect import node_path
-
-_START_ERRORS = (OSError, EOFError, ValueError, TimeoutError)
 
 
 class HostController:
@@ -36,14 +36,15 @@ class HostController:
         self.paths = paths
         self.workers = Counter(hosts.host_of(s, proxies) for s in specs)
         self.remote = any(hosts.is_remote(s) for s in specs)
-        self.invocation = config.invocation_params
         self.slots: dict = {}               # host -> set of slots in use
         self.node_slot: dict = {}           # gateway id -> (host, slot)
         self.ready: set = set()             # hosts that started a worker
         self.lost: dict = {}                # host -> why
         self.errors: dict = {}              # gateway id -> error of its end
         self.crashed: list = []             # (host, node id) of calls lost with their worker
-        self._after_first_start: Any = None
+        self.specs: list = []               # xdist's specs, in the order it starts their gateways
+        self.gateways = 0                   # gateways made so far
+        self.restarting: str | None = None  # the host of a worker xdist is about to replace
 
     @classmethod
     def for_run(cls, config: Any, sess: Any) -> HostController | None:
@@ -66,91 +67,65 @@ class HostController:
         return describe_hosts(self.config) if self.remote else ""
 
     # --- the controller's xdist hooks --------------------------------------------------------------------
-    def setup_nodes(self, config: Any) -> None:
-        """Wrap xdist's worker start-up: a host that cannot start is one usage error, one lost later is not
-        restarted."""
-        dsession = config.pluginmanager.getplugin("dsession")
-        manager = getattr(dsession, "nodemanager", None)
-        if dsession is None or manager is None:
-            return
-        setup_node, clone_node = manager.setup_node, dsession._clone_node
-
-        def guarded_setup(spec: Any, putevent: Any) -> Any:
-            try:
-                return setup_node(spec, putevent)
-            except _START_ERRORS as exc:
-                raise _HostStartError(hosts.host_of(spec, self.proxies), spec, exc) from exc
-            finally:
-                config.invocation_params = self.invocation
-
-        def guarded_clone(node: Any) -> Any:
-            host = self._host(node)
-            if host in self.lost:
-                return None
-            if host not in self.ready:        # it never started: the same would happen again
-                return self._cannot_start(dsession, host, node.gateway.spec, self.errors.get(node.gateway.id))
-            try:
-                return clone_node(node)
-            except _HostStartError as exc:
-                self.lost[host] = _one_line(exc.cause)
-                dsession.report_line(f"msprobe: host {host} is lost ({self.lost[host]}); its calls go to the "
-                                     "other hosts")
-                others = [n for n in dsession._active_nodes if n is not node]
-                if not others:
-                    dsession.shouldstop = f"pytest-msprobe: every host is lost (last: {host}); run again with --lf"
-                return None
-
-        def first_setup(spec: Any, putevent: Any) -> Any:
-            try:
-                return guarded_setup(spec, putevent)
-            except _HostStartError as exc:
-                self._teardown_started(manager)
-                if isinstance(exc.cause, ValueError) and "rsync root" in str(exc.cause):
-                    raise pytest.UsageError(
-                        f"pytest-msprobe: cannot start a worker on host {exc.host}: {exc.cause}; xdist sends a path "
-                        "argument to another host only when it lies under an --rsyncdir: write an option's path "
-                        "as --option=PATH, or select dump calls with -k instead of test paths") from None
-                raise pytest.UsageError(_start_message(exc.host, exc.spec, _one_line(exc.cause))) from None
-
-        manager.setup_node = first_setup
-        dsession._clone_node = guarded_clone
-        self._after_first_start = lambda: setattr(manager, "setup_node", guarded_setup)
+    def setup_nodes(self, specs: list) -> None:
+        """xdist is about to start a gateway for each of ``specs``, in their order."""
+        self.specs = list(specs)
 
     def new_gateway(self, gateway: Any) -> None:
-        """A worker on another host is started with its own command line (restored in :meth:`configure_node`)."""
-        spec = gateway.spec
-        if hosts.is_remote(spec):
-            args = hosts.worker_args(self.config, self.sess.settings, hosts.host_of(spec, self.proxies), self.paths)
-            self.config.invocation_params = dataclasses.replace(self.invocation, args=tuple(args))
+        self.gateways += 1
+        self.restarting = None
 
-    def configure_node(self, workerinput: dict, node: Any) -> None:
+    def brief(self, node: Any) -> dict:
         """What a worker learns of its host: the host, its slot there, the host's worker count, and (on another
-        host) the dump files with the controller's node ids."""
-        self.config.invocation_params = self.invocation
+        host) the settings with that host's paths and the dump files with the controller's node ids."""
         spec = node.gateway.spec
         host = hosts.host_of(spec, self.proxies)
         used = self.slots.setdefault(host, set())
         slot = next(i for i in range(len(used) + 1) if i not in used)
         used.add(slot)
         self.node_slot[node.gateway.id] = (host, slot)
-        workerinput["msprobe_host"] = host
-        workerinput["msprobe_slot"] = slot
-        workerinput["msprobe_host_workers"] = self.workers.get(host, 0)
+        out: dict = {"host": host, "slot": slot, "host_workers": self.workers.get(host, 0)}
         if hosts.is_remote(spec):
-            workerinput["msprobe_files"] = [[self.paths.map(host, p), node_path(self.config.rootpath, p)]
-                                            for p in self.sess.dump_paths]
+            out["settings"] = self.sess.settings.brief(lambda path: self.paths.map(host, path))
+            out["files"] = [[self.paths.map(host, p), node_path(self.config.rootpath, p)] for p in self.sess.dump_paths]
+        return out
 
     def node_ready(self, node: Any) -> None:
         self.ready.add(self._host(node))
-        if self._after_first_start is not None:
-            self._after_first_start()      # from now on a failing start is a lost host, not a usage error
 
     def node_down(self, node: Any, error: Any) -> None:
+        """A worker went down. One that never became ready on a host where none did: the host cannot start a
+        worker (pytest.UsageError naming it, before xdist starts another). Another with an error is about to
+        be replaced by xdist (:meth:`internal_error` names its host if that fails)."""
         host, slot = self.node_slot.pop(node.gateway.id, (self._host(node), None))
         if slot is not None:
             self.slots.get(host, set()).discard(slot)
-        if error is not None:
-            self.errors[node.gateway.id] = str(error)
+        if error is None:
+            return
+        self.errors[node.gateway.id] = str(error)
+        if host not in self.ready:
+            raise pytest.UsageError(_start_message(host, node.gateway.spec, _last_line(error)))
+        self.restarting = host
+
+    def internal_error(self, exc: BaseException) -> str | None:
+        """The one line for an error of xdist's while it starts a worker (None for any other error): a host
+        that cannot start, or a lost one whose worker xdist tried to replace."""
+        if not isinstance(exc, _start_errors()):
+            return None
+        if self.restarting is not None:
+            host = self.restarting
+            self.lost[host] = _one_line(exc)
+            return (f"pytest-msprobe: host {host} is lost ({self.lost[host]}); the calls not finished are left "
+                    "for the same command with --lf")
+        if not self.specs or self.ready:
+            return None
+        if isinstance(exc, ValueError) and "rsync root" in str(exc):
+            host = hosts.host_of(self.specs[min(self.gateways, len(self.specs)) - 1], self.proxies)
+            return (f"pytest-msprobe: cannot start a worker on host {host}: {_one_line(exc)}; xdist sends a path "
+                    "argument to another host only when it lies under an --rsyncdir: write an option's path as "
+                    "--option=PATH, or select dump calls with -k instead of test paths")
+        spec = self.specs[min(self.gateways, len(self.specs) - 1)]
+        return _start_message(hosts.host_of(spec, self.proxies), spec, _one_line(exc))
 
     def crash_item(self, crashitem: str, report: Any) -> None:
         """The report of a call lost with its worker names the worker and its host (the error row's reason)."""
@@ -176,25 +151,11 @@ class HostController:
         entry = self.node_slot.get(node.gateway.id)
         return entry[0] if entry else hosts.host_of(node.gateway.spec, self.proxies)
 
-    def _cannot_start(self, dsession: Any, host: str, spec: Any, error: Any) -> None:
-        self.lost[host] = "cannot start"
-        dsession.shouldstop = _start_message(host, spec, _last_line(error))
-        return None
 
-    @staticmethod
-    def _teardown_started(manager: Any) -> None:
-        try:
-            manager.teardown_nodes()
-        except Exception:  # noqa: BLE001 - best effort: the run ends with the usage error anyway
-            pass
-
-
-class _HostStartError(Exception):
-    def __init__(self, host: str, spec: Any, cause: BaseException) -> None:
-        super().__init__(f"{host}: {cause}")
-        self.host = host
-        self.spec = spec
-        self.cause = cause
+def _start_errors() -> tuple:
+    """The errors of a gateway that cannot be made or set up (execnet's own for a host it cannot reach)."""
+    import execnet
+    return (OSError, EOFError, ValueError, TimeoutError, execnet.HostNotFound)
 
 
 def _one_line(value: Any) -> str:
@@ -211,7 +172,7 @@ def _last_line(value: Any) -> str:
 
 
 def _start_message(host: str, spec: Any, why: str) -> str:
-    spec_text = str(getattr(spec, "_spec", spec) or "").replace("execmodel=main_thread_only//", "")
+    spec_text = str(spec or "").replace("execmodel=main_thread_only//", "")
     return (f"pytest-msprobe: cannot start a worker on host {host} (--tx {spec_text}): {why}. On that host "
             f"start the server (python -m pytest_msprobe.host_server HOST:PORT, or execnet's socketserver.py) "
             f"or check ssh, check that 'python -c \"import pytest_msprobe, torch\"' works there, or drop that --tx")

@@ -1,18 +1,18 @@
-"""Hosts of a distributed run: which host a gateway runs on, where the controller's paths are there, and the
-command line a worker on another host is sent.
+"""Hosts of a distributed run without pytest: which host a gateway runs on, and where the controller's paths
+are there.
 
 A worker on another host (``--tx socket=...``, ``--tx ssh=...``, ``popen//via=...``, or any gateway with
 ``chdir``) starts in another directory, often on another filesystem. So the controller
-(:mod:`.host_controller`) sends it its arguments with every msprobe path absolute and mapped to that host
-(``--msprobe-host-path``), and the settings resolved on the controller instead of ini keys and files it may
-not have. Plain local workers (``-n``, ``--tx popen``) get nothing of this. No pytest import here.
+(:mod:`.host_controller`) sends it, in its brief (:mod:`.brief`), the settings resolved on the controller with
+every path absolute and mapped to that host (``--msprobe-host-path``), instead of ini keys and files it may
+not have. No pytest import here.
 """
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from .settings import CONTROLLER_OPTIONS, RESOLVED_OPTIONS, host_path
+from .settings import host_path
 
 LOCAL = "localhost"
 
@@ -38,10 +38,11 @@ def is_remote(spec: Any) -> bool:
                 or getattr(spec, "via", None) or getattr(spec, "chdir", None))
 
 
-def tx_specs(config: Any) -> tuple:
-    """(worker specs, proxy specs by id) of this run's ``--tx``/``--px`` (empty without distributed xdist)."""
+def tx_specs(config: Any, *, whatever_dist: bool = False) -> tuple:
+    """(worker specs, proxy specs by id) of this run's ``--tx``/``--px`` (empty without distributed xdist,
+    unless ``whatever_dist``)."""
     tx = list(getattr(config.option, "tx", None) or [])
-    if not tx or getattr(config.option, "dist", "no") == "no":
+    if not tx or (getattr(config.option, "dist", "no") == "no" and not whatever_dist):
         return [], {}
     import execnet
     specs = []
@@ -95,28 +96,3 @@ class HostPaths:
             if path == src or path.startswith(src.rstrip(os.sep) + os.sep):
                 return dst + path[len(src):] if src != os.sep else os.path.join(dst, path.lstrip(os.sep))
         return path
-
-
-# --- what a remote worker is sent --------------------------------------------------------------------------
-def _strip(args: list, names: tuple) -> list:
-    """``args`` without the options ``names`` (both ``--opt value`` and ``--opt=value``)."""
-    out: list = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        name = arg.split("=", 1)[0]
-        if name in names:
-            skip = "=" not in arg
-            continue
-        out.append(arg)
-    return out
-
-
-def worker_args(config: Any, settings: Any, host: str, paths: HostPaths) -> list:
-    """The command line of a worker on ``host``: msprobe paths absolute and mapped, settings resolved on the
-    controller (:meth:`.settings.Settings.command_line`), controller-only options left out."""
-    base = str(config.invocation_params.dir)
-    args = _strip([str(a) for a in config.invocation_params.args or ()], RESOLVED_OPTIONS + CONTROLLER_OPTIONS)
-    return settings.command_line(lambda p: paths.map(host, os.path.abspath(os.path.join(base, p)))) + args

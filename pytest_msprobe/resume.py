@@ -43,13 +43,19 @@ class ResumePlan:
     """Which CSV pair this run writes, which APIs in it are already complete, and the failing API items."""
 
     def __init__(self, result_csv: str, details_csv: str, timestamp: str, done: set, resumed: bool,
-                 lastfailed: dict | None = None) -> None:
+                 lastfailed: dict | None = None, written: set | None = None) -> None:
         self.result_csv = result_csv
         self.details_csv = details_csv
         self.timestamp = timestamp
         self.done = done
         self.resumed = resumed
         self.lastfailed = lastfailed          # None: no cache in this run
+        self.written = written                # --lf continuing a CSV: every API it holds (None otherwise)
+
+    def unwritten(self, names: Any) -> list:
+        """Of ``names``, the APIs the CSV continued by ``--lf`` lacks (a run stopped before it checked them):
+        ``--lf`` runs them besides the recorded failures."""
+        return [] if self.written is None else [n for n in names if n not in self.written]
 
     @classmethod
     def decide(cls, config: Any, settings: Any, dump_files: list) -> ResumePlan:
@@ -59,6 +65,7 @@ class ResumePlan:
         are removed once the selection is known (:meth:`Controller.prepare`).
         """
         lf = bool(getattr(config.option, "lf", False))
+        written = None
         cache = getattr(config, "cache", None)
         state = cache.get(RUN_KEY, None) if cache is not None else None
         if settings.result_csv:
@@ -72,6 +79,8 @@ class ResumePlan:
             result, details = state["result_csv"], state["details_csv"]
             ts = state.get("timestamp") or acc_csv.timestamp_of(result) or acc_csv.new_timestamp()
             done = acc_csv.finished_apis(result, include_failing=False, fail_on=settings.fail_on)
+            if state.get("unfinished"):        # the run stopped before it checked every call it selected
+                written = acc_csv.finished_apis(result, include_failing=True)
             resumed = True
         else:
             ts = acc_csv.new_timestamp()
@@ -84,14 +93,24 @@ class ResumePlan:
         lastfailed = None
         if cache is not None:
             cache.set(RUN_KEY, {"result_csv": os.path.abspath(result), "details_csv": os.path.abspath(details),
-                                "timestamp": ts, "dumps": dump_key(dump_files), "seed": settings.seed})
+                                "timestamp": ts, "dumps": dump_key(dump_files), "seed": settings.seed,
+                                "unfinished": True})
             lastfailed = read_lastfailed(config)
             if not lf and not settings.result_csv:       # a fresh run replaces the last one on these dumps
                 prefixes = _node_prefixes(config, dump_files)
                 kept = {k: v for k, v in lastfailed.items() if k.split("::")[0] not in prefixes}
                 if len(kept) != len(lastfailed):
                     cache.set(LASTFAILED_KEY, kept)      # what a run killed before its end leaves behind
-        return cls(os.path.abspath(result), os.path.abspath(details), ts, done, resumed, lastfailed)
+        return cls(os.path.abspath(result), os.path.abspath(details), ts, done, resumed, lastfailed, written)
+
+
+def mark_finished(config: Any) -> None:
+    """The run checked every call it selected: a later ``--lf`` repeats its failures only (until then the
+    record says ``unfinished``, and ``--lf`` also runs the calls missing from its CSV)."""
+    cache = getattr(config, "cache", None)
+    state = cache.get(RUN_KEY, None) if cache is not None else None
+    if isinstance(state, dict) and state.get("unfinished"):
+        cache.set(RUN_KEY, {**state, "unfinished": False})
 
 
 def read_lastfailed(config: Any) -> dict:

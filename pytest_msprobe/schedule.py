@@ -1,35 +1,38 @@
-"""xdist's ``load`` and ``worksteal`` scheduling with the first distribution dealt out one call at a time.
+"""``--dist load`` with the first distribution dealt out one call at a time: a scheduler of our own behind
+xdist's scheduler protocol (``pytest_xdist_make_scheduler``; it subclasses nothing of xdist).
 
 Workers run the API items largest first (:func:`.select.by_size`), but xdist's first distribution hands each
-worker a run of consecutive items (``load``: a chunk each; ``worksteal``: an equal block each), so the few
-largest calls would all land on the first worker and finish last. Here the items of that first distribution
-are dealt like cards: with ``n`` workers, worker ``k`` gets items ``k, k + n, k + 2n, ...`` of it, so each
-starts on one of the ``n`` largest calls and they spread evenly.
-
-``load`` does more (:class:`DealtLoad`):
+worker a run of consecutive items (a chunk each), so the few largest calls would all land on the first worker
+and finish last. Here the items of that first distribution are dealt like cards: with ``n`` workers, worker
+``k`` gets items ``k, k + n, k + 2n, ...`` of it, so each starts on one of the ``n`` largest calls and they
+spread evenly. Besides:
 
 * when every worker runs on this machine, it starts a worker as soon as that worker has collected. xdist waits
   for every worker's collection, and workers start one after another (each gateway waits for the previous
   one to answer), so with ``-n 32`` the first worker would idle until the 32nd has collected. A worker whose
   collection differs from the first one's gets nothing to run, and the difference is reported as a
-  collection error, as xdist reports it. With workers on other hosts the run starts once all have
-  collected, as xdist's does: hosts come up seconds apart, and a fast one would take every call of a small
-  dump before the others (and their devices) take part;
+  collection error. With workers on other hosts the run starts once all have collected, as xdist's does:
+  hosts come up seconds apart, and a fast one would take every call of a small dump before the others (and
+  their devices) take part;
 * it keeps a worker's queue deep enough for the controller's round trip. A worker runs an item only once it
   knows the next one (its teardown needs it), so with two queued, the least xdist keeps near the end, it
   runs one and waits for the controller's answer: a round trip per item (5-10 ms on a busy 2-core machine)
   where the small calls that come last take 2-3 ms. Each worker keeps at least three items and about
   :data:`QUEUED_S` of work queued, estimated from its last item, never more than a fair share of what is left.
 
-Stealing and a host lost mid-run are xdist's own.
+Other ``--dist`` modes (``worksteal`` among them) are xdist's own.
 """
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any, Optional
 
 import pytest
-from xdist.scheduler import LoadScheduling, WorkStealingScheduling
+
+QUEUED_S = 0.05        # seconds of work a worker keeps queued beyond the item it runs
+MIN_QUEUED = 3         # the item it runs, the next one (for its teardown), and one to cover the round trip
+MAX_QUEUED = 64        # items, whatever the estimate
 
 
 def _runs(window: list, n: int) -> list:
@@ -37,88 +40,100 @@ def _runs(window: list, n: int) -> list:
     return [window[k::n] for k in range(n)]
 
 
-def _deal(pending: list, n: int, num: int) -> None:
-    """Reorder the first ``n * num`` items in place so that its consecutive runs of ``num`` are the dealt
-    hands (:func:`_runs`)."""
-    window = pending[: n * num]
-    if n > 1 and len(window) == n * num:
-        pending[: n * num] = [i for run in _runs(window, n) for i in run]
+def collection_diff(first: list, other: list, first_id: str, other_id: str) -> str:
+    """The message of a worker that collected other items than the first one."""
+    diff = difflib.unified_diff(first, other, fromfile=first_id, tofile=other_id, lineterm="", n=1)
+    return (f"Different tests were collected between {first_id} and {other_id}. The difference is:\n"
+            + "\n".join(list(diff)[:60]))
 
 
-class _Dealt:
-    """Mixin: reorders the pending items once, at the first send, so that the consecutive runs xdist sends to
-    each worker in turn are the dealt ones."""
-
-    _dealt = False
-
-    def _send_tests(self, node: Any, num: int) -> None:
-        if not self._dealt:
-            self._dealt = True
-            nodes = list(self.node2pending)
-            if nodes[0] is node:
-                _deal(self.pending, len(nodes), num)
-        super()._send_tests(node, num)
-
-
-QUEUED_S = 0.05        # seconds of work a ``load`` worker keeps queued beyond the item it runs
-MIN_QUEUED = 3         # the item it runs, the next one (for its teardown), and one to cover the round trip
-MAX_QUEUED = 64        # items, whatever the estimate
-
-
-class DealtLoad(LoadScheduling):
+class DealtLoad:
     """``--dist load``: each worker starts once it has collected, on its dealt share of the largest calls, and
     keeps a queue that covers the controller's round trip.
 
     The dealt shares of workers that have not started yet are held back while the started ones have other
     items to take; when nothing else is left, the started workers take them too (a late or lost worker
     holds nothing up). No worker is stopped while another still holds calls it might lose: the session
-    stops them all once every one holds its last call."""
+    stops them all once every one holds its last call (:attr:`tests_finished`)."""
 
     def __init__(self, config: Any, log: Any = None) -> None:
-        super().__init__(config, log)
-        self._started: set = set()          # workers that have had their first share
-        self._shares: list = []             # the dealt first shares not handed out yet
         from .hosts import is_remote, tx_specs
-        self._early = not any(is_remote(spec) for spec in tx_specs(config)[0])   # all on this machine
+        specs = tx_specs(config, whatever_dist=True)[0]
+        self.config = config
+        self.log = log if callable(log) else (lambda *args: None)
+        self.numnodes = len(specs)
+        self.early = not any(is_remote(spec) for spec in specs)    # all on this machine: start each at once
+        self.maxschedchunk = config.getoption("maxschedchunk", None)
+        self.node2collection: dict = {}     # worker -> its collection (node ids)
+        self.node2pending: dict = {}        # worker -> indices of the items sent to it and not finished
+        self.pending: list = []             # indices not sent yet
+        self.collection: list | None = None
+        self.started: set = set()           # workers that have had their first share
+        self.shares: list = []              # the dealt first shares not handed out yet
+
+    # --- xdist's scheduler protocol ----------------------------------------------------------------------
+    @property
+    def nodes(self) -> list:
+        return list(self.node2pending)
 
     @property
     def collection_is_completed(self) -> bool:
-        if self._early:
-            return bool(self.node2collection)   # the first worker's collection starts the run
-        return super().collection_is_completed
+        if self.early:
+            return bool(self.node2collection)       # the first worker's collection starts the run
+        return len(self.node2collection) >= self.numnodes
 
     @property
     def tests_finished(self) -> bool:
-        return not self._shares and super().tests_finished
+        if not self.collection_is_completed or self.shares or self.pending:
+            return False
+        return all(len(queued) < 2 for queued in self.node2pending.values())
 
     @property
     def has_pending(self) -> bool:
-        return bool(self._shares) or super().has_pending
+        return bool(self.shares or self.pending or any(self.node2pending.values()))
+
+    def add_node(self, node: Any) -> None:
+        assert node not in self.node2pending
+        self.node2pending[node] = []
 
     def add_node_collection(self, node: Any, collection: Any) -> None:
         assert node in self.node2pending
-        if self.collection is not None and list(collection) != self.collection:
-            self._refuse(node, collection)
+        first = self.collection if self.collection is not None else next(iter(self.node2collection.values()), None)
+        if first is not None and list(collection) != first:
+            self._refuse(node, list(collection), first)
             return
         self.node2collection[node] = list(collection)
 
-    def _refuse(self, node: Any, collection: Any) -> None:
-        """A worker that collected other items than the first: a collection error, and nothing to run."""
-        from xdist.report import report_collection_diff
-        first = next(iter(self.node2collection))
-        msg = report_collection_diff(self.collection, list(collection), first.gateway.id, node.gateway.id)
-        self.log(msg)
-        self.config.hook.pytest_collectreport(
-            report=pytest.CollectReport(nodeid=node.gateway.id, outcome="failed", longrepr=msg, result=[]))
-        if not node.shutting_down:
-            node.shutdown()
+    def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
+        self.node2pending[node].remove(item_index)
+        self.check_schedule(node, duration)
+
+    def mark_test_pending(self, item: str) -> None:
+        assert self.collection is not None
+        self.pending.insert(0, self.collection.index(item))
+        for node in self.nodes:
+            self.check_schedule(node)
+
+    def remove_pending_tests_from_node(self, node: Any, indices: Any) -> None:
+        raise NotImplementedError("--dist load does not steal")
+
+    def remove_node(self, node: Any) -> Optional[str]:
+        """A worker finished or went down: the item it was running (None if none), its queue to the others."""
+        queued = self.node2pending.pop(node)
+        self.node2collection.pop(node, None)
+        self.started.discard(node)
+        if not queued:
+            return None
+        assert self.collection is not None
+        crashed = self.collection[queued.pop(0)]
+        self.pending.extend(queued)
+        for other in self.nodes:
+            self.check_schedule(other)
+        return crashed
 
     def schedule(self) -> None:
         assert self.collection_is_completed
         if self.collection is None:         # the first collection: the run's items, dealt for every worker
-            if not self._check_nodes_have_same_collection():
-                self.log("**Different tests collected, aborting run**")
-                return
             self.collection = list(next(iter(self.node2collection.values())))
             self.pending[:] = range(len(self.collection))
             if self.maxschedchunk is None:
@@ -129,30 +144,15 @@ class DealtLoad(LoadScheduling):
             share = max(2, min(len(self.collection) // n // 4, self.maxschedchunk))
             window = self.pending[: n * share]
             del self.pending[: n * share]
-            self._shares = [run for run in _runs(window, n) if run]
+            self.shares = [run for run in _runs(window, n) if run]
         for node in self.nodes:
             self.check_schedule(node)
 
-    def _start(self, node: Any) -> None:
-        self._started.add(node)
-        share = self._shares.pop(0) if self._shares else []
-        if share:
-            self.node2pending[node].extend(share)
-            node.send_runtest_some(share)
-        if len(self.node2pending[node]) < 2:      # it runs an item only once it knows the next, or is stopped
-            self._release_shares()
-            self._send_tests(node, MIN_QUEUED - len(self.node2pending[node]))
-
-    def _release_shares(self) -> None:
-        """Nothing else left to send: the shares of workers not started yet go to whoever asks."""
-        if not self.pending and self._shares:
-            self.pending.extend(i for share in self._shares for i in share)
-            self._shares.clear()
-
+    # --- sending -----------------------------------------------------------------------------------------
     def check_schedule(self, node: Any, duration: float = 0) -> None:
         if node not in self.node2collection or node.shutting_down:
             return                          # not collected yet, or refused: nothing is sent to it
-        if node not in self._started:
+        if node not in self.started:
             self._start(node)
             return
         self._release_shares()
@@ -161,7 +161,7 @@ class DealtLoad(LoadScheduling):
             # would then find none to take them; the session stops every worker once each holds its last
             # call (tests_finished), and the last calls are the smallest
             return
-        super().check_schedule(node, duration)      # xdist's refill
+        self._refill(node, duration)
         if node.shutting_down or not self.pending or node not in self.node2pending:
             return
         queued = self.node2pending[node]
@@ -171,17 +171,52 @@ class DealtLoad(LoadScheduling):
         want = min(MAX_QUEUED, max(MIN_QUEUED, math.ceil(QUEUED_S / per_item)),
                    1 + len(self.pending) // len(self.node2pending))
         if len(queued) < want:
-            self._send_tests(node, want - len(queued))
+            self._send(node, want - len(queued))
 
+    def _refill(self, node: Any, duration: float) -> None:
+        """xdist's own refill: below a quarter of its share of what is left, a worker gets up to half of it
+        (a worker whose last item took 0.1 s or more waits while it holds two)."""
+        per_node = len(self.pending) // len(self.node2pending)
+        low, high = max(2, per_node // 4), max(2, per_node // 2)
+        queued = self.node2pending[node]
+        if len(queued) < low and not (duration >= 0.1 and len(queued) >= 2):
+            self._send(node, min(high - len(queued), max(2 - len(queued), self.maxschedchunk or 0)))
 
-class DealtWorksteal(_Dealt, WorkStealingScheduling):
-    """``--dist worksteal`` with a dealt first distribution."""
+    def _start(self, node: Any) -> None:
+        self.started.add(node)
+        share = self.shares.pop(0) if self.shares else []
+        if share:
+            self.node2pending[node].extend(share)
+            node.send_runtest_some(share)
+        if len(self.node2pending[node]) < 2:      # it runs an item only once it knows the next, or is stopped
+            self._release_shares()
+            self._send(node, MIN_QUEUED - len(self.node2pending[node]))
 
+    def _release_shares(self) -> None:
+        """Nothing else left to send: the shares of workers not started yet go to whoever asks."""
+        if not self.pending and self.shares:
+            self.pending.extend(i for share in self.shares for i in share)
+            self.shares.clear()
 
-SCHEDULERS = {"load": DealtLoad, "worksteal": DealtWorksteal}
+    def _send(self, node: Any, num: int) -> None:
+        items = self.pending[:num]
+        if items:
+            del self.pending[:num]
+            self.node2pending[node].extend(items)
+            node.send_runtest_some(items)
+
+    def _refuse(self, node: Any, collection: list, first: list) -> None:
+        """A worker that collected other items than the first: a collection error, and nothing to run."""
+        first_node = next(iter(self.node2collection), None)
+        msg = collection_diff(first, collection, getattr(getattr(first_node, "gateway", None), "id", "?"),
+                              node.gateway.id)
+        self.log(msg)
+        self.config.hook.pytest_collectreport(
+            report=pytest.CollectReport(nodeid=node.gateway.id, outcome="failed", longrepr=msg, result=[]))
+        if not node.shutting_down:
+            node.shutdown()
 
 
 def make(config: Any, log: Any) -> Optional[Any]:
-    """The scheduler for ``--dist load`` / ``worksteal`` (None for the other modes: xdist picks)."""
-    cls = SCHEDULERS.get(config.getvalue("dist"))
-    return cls(config, log) if cls is not None else None
+    """The scheduler for ``--dist load`` (None for the other modes: xdist picks)."""
+    return DealtLoad(config, log) if config.getvalue("dist") == "load" else None

@@ -26,19 +26,20 @@ class Selection:
     ids decided on the controller (and sent to xdist workers)."""
 
     def __init__(self, settings: Any, *, is_api_item: Any, done: set | None = None,
-                 baseline_failing: set | None = None, baseline: str | None = None,
+                 baseline_failing: set | None = None,
                  lastfailed: dict | None = None, lf: bool = False, lf_no_failures: str = "all",
-                 largest_first: bool = False, costs: dict | None = None) -> None:
+                 largest_first: bool = False, costs: dict | None = None, unwritten: Any = ()) -> None:
         self.settings = settings
         self.is_api_item = is_api_item
         self.done = set(done or ())                  # APIs complete in the CSV being continued: deselected
         self.baseline_failing = set(baseline_failing or ())
-        self.baseline = baseline or settings.baseline      # the baseline CSV, as the controller names it
+        self.baseline = settings.baseline            # the baseline CSV, as the controller names it
         self.largest_first = largest_first
         self.costs = costs or {}                     # file node id -> cost of each call (the controller's)
         self.lastfailed = lastfailed                 # node id -> True of failing API items (None: no record)
         self.lf = lf and lastfailed is not None
         self.lf_no_failures = lf_no_failures
+        self.unwritten = set(unwritten)              # --lf: APIs the CSV being continued lacks (they run too)
         self._filter_seen: dict = {}
         self._held: list | None = None
 
@@ -72,11 +73,11 @@ class Selection:
 
     # --- per run: deselection ---------------------------------------------------------------------------
     def _keep(self, apis: list) -> list:
-        """The API items that run: with ``--lf``, the recorded failures among them (all when none is
-        recorded, as pytest does), less the APIs already complete."""
+        """The API items that run: with ``--lf``, the recorded failures among them and the APIs the CSV lacks
+        (all when neither, as pytest does), less the APIs already complete."""
         keep = apis
         if self.lf:
-            failed = [it for it in apis if it.nodeid in self.lastfailed]
+            failed = [it for it in apis if it.nodeid in self.lastfailed or it.name in self.unwritten]
             if failed:
                 keep = failed
             elif not self.lastfailed and self.lf_no_failures == "none":

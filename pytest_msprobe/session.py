@@ -2,7 +2,7 @@
 
 One :class:`CheckSession` lives in ``config.stash`` of every process (controller and xdist workers).
 The backend and torch are set up on the first item, not at start-up. A worker runs on the device of its
-slot on its host, which the controller gives it (``msprobe_slot``; else the number of its worker id).
+slot on its host, which the controller gives it in its brief (:mod:`.brief`; else the number of its worker id).
 """
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ class CheckSession:
     """Settings plus what is needed to run cases in this process."""
 
     def __init__(self, config: Any, settings: Settings, dump_paths: list | None = None, *,
-                 timestamp: str = "", node_ids: dict | None = None) -> None:
+                 timestamp: str = "", node_ids: dict | None = None, brief: Any = None) -> None:
         self.config = config
         self.settings = settings
-        wi = getattr(config, "workerinput", None) or {}
-        self.worker_id = wi.get("workerid")
-        self.host = wi.get("msprobe_host")                  # a worker's host, as the controller names it
-        self.slot = int(wi["msprobe_slot"]) if "msprobe_slot" in wi else worker_index(self.worker_id)
-        self.host_workers = int(wi.get("msprobe_host_workers") or 0)   # the workers of that host
+        self.worker_id = (getattr(config, "workerinput", None) or {}).get("workerid")
+        self.host = getattr(brief, "host", None)            # a worker's host, as the controller names it
+        slot = getattr(brief, "slot", None)                 # its device slot there (else its worker number)
+        self.slot = int(slot) if slot is not None else worker_index(self.worker_id)
+        self.host_workers = int(getattr(brief, "host_workers", 0) or 0)    # the workers of that host
         self.dump_paths = list(dump_paths or [])            # the dump.json files being checked, in order
         self.dump_files = {os.path.realpath(f) for f in self.dump_paths}     # the same, as real paths
         # real path -> node id the controller gave it (workers on other hosts); else pytest's own
@@ -37,10 +37,6 @@ class CheckSession:
         self._registry: Any = None
         self._cases: dict | None = None
         self._gpu: Any = None
-
-    def begin(self, timestamp: str) -> None:
-        """The run's CSV pair is known (the controller decided it, or told this worker)."""
-        self.timestamp = timestamp
 
     def gpu_reference(self) -> Any:
         """The ``--msprobe-gpu-csv`` rows, read once per process (None without the option)."""
@@ -113,14 +109,11 @@ class CheckSession:
             torch.set_num_threads(before)
             self._threads_before = None
 
-    ANY_RUN_MODULES = ("numpy",)        # what the worker of any check imports, whatever its dumps
-
-    def worker_modules(self) -> list:
-        """What a worker of this run imports before its first call and a fork server can import for all of
-        them: numpy (:data:`ANY_RUN_MODULES`, sent to the server before the dumps are read) and, for PyTorch
-        dumps, torch. Not MindSpore (not imported before a fork)."""
+    def call_modules(self) -> list:
+        """What this process imports before its first call: numpy and, for PyTorch dumps, torch (MindSpore is
+        left to its adapter)."""
         frameworks = {cases[0].framework for cases in (self._cases or {}).values() if cases}
-        return list(self.ANY_RUN_MODULES) + (["torch"] if "pytorch" in frameworks else [])
+        return ["numpy"] + (["torch"] if "pytorch" in frameworks else [])
 
     def call_costs(self, node_id: Any) -> dict:
         """File node id (``node_id(path)``) -> the cost of each of its calls in dump order
@@ -134,33 +127,21 @@ class CheckSession:
             return {node_id(path): [call_cost(case.peek()) for case in self.cases_of(path)]    # nothing kept
                     for path in self.dump_paths}
 
-    def import_call_modules(self, rewrite_hook: Any) -> None:
-        """Import what this process's calls need (:meth:`worker_modules`) with pytest's assertion rewriter
-        (``rewrite_hook``, first in ``sys.meta_path``) set aside: it rewrites only test files and plugins, and
-        asking it about each of torch's thousand modules costs about 50 ms. A fork server imports them without
-        it too; a forked worker has them already. Automatic garbage collection is paused meanwhile (as in the
-        server): torch's objects live to the end and hold no garbage, and the full passes their number triggers
-        would walk them all, about 150 ms before the first call."""
+    def import_call_modules(self) -> None:
+        """Import what this process's calls need (:meth:`call_modules`) with automatic garbage collection paused:
+        torch's objects live to the end and hold no garbage, and the full passes their number triggers would
+        walk them all, about 150 ms before the first call."""
         import importlib
         import sys
 
         from generators.jsonsafe import paused_gc
-        names = [n for n in self.worker_modules() if n not in sys.modules]
-        if not names:
-            return
-        at = sys.meta_path.index(rewrite_hook) if rewrite_hook in sys.meta_path else None
-        if at is not None:
-            sys.meta_path.pop(at)
-        try:
-            with paused_gc():
-                for name in names:
+        with paused_gc():
+            for name in self.call_modules():
+                if name not in sys.modules:
                     try:
                         importlib.import_module(name)
                     except ImportError:
                         pass            # the backend reports what is missing, as without this
-        finally:
-            if at is not None and rewrite_hook not in sys.meta_path:
-                sys.meta_path.insert(min(at, len(sys.meta_path)), rewrite_hook)
 
     # --- running ----------------------------------------------------------------------------------------
     def _plugin_args(self) -> list:

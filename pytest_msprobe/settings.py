@@ -8,6 +8,7 @@ them, every other module takes them from here.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -18,7 +19,7 @@ from dumpers.config import checker_section
 
 from .precision.standards import DEFAULT_STANDARD, STANDARDS
 from .precision.verdict import DEFAULT_FAIL_ON, FAIL_ON_CHOICES
-from .report.fmt import DEFAULT_PRECISION
+from dumpers.csvcell import DEFAULT_PRECISION
 
 # --- defaults ---------------------------------------------------------------------------------------
 DEFAULT_SEED = 1234                      # random-data mode; each API derives its own (replay.item_seed)
@@ -32,18 +33,10 @@ FIDELITY_CHOICES = ("report", "strict")
 RECORDED_DEVICE = "recorded"             # the device type whose device side is the dump's recorded outputs
 DEFAULT_FIDELITY = "report"
 STANDARD_CHOICES = tuple(STANDARDS)
-# a worker on another host gets these from the controller resolved (Settings.command_line): ini keys and
-# --msprobe-config need not exist there, and every path is the one on that host
-RESOLVED_OPTIONS = ("--msprobe-api-info", "--msprobe-out", "--msprobe-error-data-path", "--msprobe-gpu-csv",
-                    "--msprobe-config", "--msprobe-white-list", "--msprobe-black-list", "--msprobe-standard",
-                    "--msprobe-fail-on", "--msprobe-device-type", "--msprobe-seed", "--msprobe-timeout",
-                    "--msprobe-max-bytes")
-# only the controller reads these (the CSV it continues, the baseline, the path map); workers are sent the result
-CONTROLLER_OPTIONS = ("--msprobe-result-csv", "--msprobe-baseline", "--msprobe-host-path")
 __all__ = ["DEFAULT_EXAMPLES", "DEFAULT_FAIL_ON", "DEFAULT_FIDELITY", "FIDELITY_CHOICES",
            "RECORDED_DEVICE", "DEFAULT_MAX_WORKERS_PER_DEVICE", "DEFAULT_OUT_DIR",
            "DEFAULT_PRECISION", "DEFAULT_SEED", "DEFAULT_STANDARD", "DEFAULT_THREADS", "FAIL_ON_CHOICES",
-           "CONTROLLER_OPTIONS", "RESOLVED_OPTIONS", "STANDARD_CHOICES", "Settings", "add_options", "host_path"]
+           "STANDARD_CHOICES", "Settings", "add_options", "host_path"]
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000 ** 2, "mb": 1000 ** 2,
                "mib": 1024 ** 2, "g": 1000 ** 3, "gb": 1000 ** 3, "gib": 1024 ** 3, "t": 1000 ** 4,
                "tb": 1000 ** 4, "tib": 1024 ** 4}
@@ -132,10 +125,11 @@ def host_path(text: str) -> tuple:
     return raw[:cut], os.path.normpath(src), os.path.normpath(dst)
 
 
-def existing_file(text: str) -> str:
-    if not os.path.isfile(text):
-        raise argparse.ArgumentTypeError(f"file {text!r} does not exist")
-    return text
+def _existing(path: str | None, option: str) -> None:
+    """Raise ValueError naming ``option`` when its file is not there (checked where the options are resolved,
+    on the controller: a worker on another host is sent what it needs instead)."""
+    if path and not os.path.isfile(path):
+        raise ValueError(f"{option}: file {path!r} does not exist")
 
 
 # --- registration ------------------------------------------------------------------------------------
@@ -162,9 +156,9 @@ def add_options(parser: Any) -> None:
     g.addoption("--msprobe-fail-on", choices=FAIL_ON_CHOICES, default=None,
                 help=f"an API fails its test on '{DEFAULT_FAIL_ON}' (default) or also on "
                      f"'{FAIL_ON_CHOICES[1]}'")
-    g.addoption("--msprobe-baseline", type=existing_file, default=None, metavar="RESULT_CSV",
+    g.addoption("--msprobe-baseline", default=None, metavar="RESULT_CSV",
                 help="APIs failing in this earlier result CSV are xfail: CI fails only on new failures")
-    g.addoption("--msprobe-result-csv", type=existing_file, default=None, metavar="RESULT_CSV",
+    g.addoption("--msprobe-result-csv", default=None, metavar="RESULT_CSV",
                 help="continue this result CSV (ours or msprobe's): its APIs are not run again "
                      "(with --lf, its failing APIs are)")
     g.addoption("--msprobe-white-list", type=api_list, default=None, metavar="APIS",
@@ -177,7 +171,7 @@ def add_options(parser: Any) -> None:
                 help="torch.save the inputs and both outputs of failing APIs (see --msprobe-error-data-path)")
     g.addoption("--msprobe-error-data-path", metavar="DIR", default=None,
                 help="where --msprobe-save-error-data writes ut_error_data{timestamp}/ (default: --msprobe-out)")
-    g.addoption("--msprobe-config", type=existing_file, default=None, metavar="CONFIG_JSON",
+    g.addoption("--msprobe-config", default=None, metavar="CONFIG_JSON",
                 help="msprobe config.json: its acc_check/run_ut section sets white_list, black_list, "
                      "error_data_path")
     g.addoption("--msprobe-max-bytes", type=size_bytes, default=None, metavar="SIZE",
@@ -198,7 +192,7 @@ def add_options(parser: Any) -> None:
                      f"(default {DEFAULT_EXAMPLES})")
     g.addoption("--msprobe-edge-values", action="store_true", default=False,
                 help="random-data mode: add subnormals, signed zeros, near-max values and ties")
-    g.addoption("--msprobe-gpu-csv", type=existing_file, default=None, metavar="DETAILS_CSV",
+    g.addoption("--msprobe-gpu-csv", default=None, metavar="DETAILS_CSV",
                 help="GPU accuracy_checking_details CSV: each API passes or fails by api_precision_compare of "
                      "its rows against the GPU's (msprobe's final verdict); the compare CSVs are written at the end")
     g.addoption("--msprobe-fidelity", choices=FIDELITY_CHOICES, default=None,
@@ -315,6 +309,9 @@ class Settings:
             raise ValueError(f"ini msprobe_fail_on = {s.fail_on!r}; use {' or '.join(FAIL_ON_CHOICES)}")
         s.baseline = opt.msprobe_baseline
         s.result_csv = opt.msprobe_result_csv
+        for path, option in ((s.baseline, "--msprobe-baseline"), (s.result_csv, "--msprobe-result-csv"),
+                             (opt.msprobe_config, "--msprobe-config"), (opt.msprobe_gpu_csv, "--msprobe-gpu-csv")):
+            _existing(path, option)
         cfg = read_config_section(opt.msprobe_config) if opt.msprobe_config else {}
         s.white_list = (opt.msprobe_white_list if opt.msprobe_white_list is not None
                         else cfg.get("white_list") or list(ini("msprobe_white_list") or []))
@@ -349,25 +346,31 @@ class Settings:
                              "that runs the calls (cpu, cuda, npu)")
         return s
 
-    def command_line(self, where: Callable[[str], str]) -> list:
-        """The options of :data:`RESOLVED_OPTIONS` for a worker on another host, every path through ``where``
-        (the controller's path -> that host's); the memory budget only when given (else that host's own)."""
-        out = [f"--msprobe-api-info={where(p)}" for p in self.api_info]
-        out.append(f"--msprobe-out={where(self.out_dir)}")
-        if self.error_data_path:
-            out.append(f"--msprobe-error-data-path={where(self.error_data_path)}")
-        if self.gpu_csv:
-            out.append(f"--msprobe-gpu-csv={where(self.gpu_csv)}")
-        if self.white_list:
-            out.append("--msprobe-white-list=" + ",".join(self.white_list))
-        if self.black_list:
-            out.append("--msprobe-black-list=" + ",".join(self.black_list))
-        out += [f"--msprobe-standard={self.standard}", f"--msprobe-fail-on={self.fail_on}",
-                f"--msprobe-seed={self.seed}"]
-        if self.device_type:
-            out.append(f"--msprobe-device-type={self.device_type}")
-        if self.timeout:
-            out.append(f"--msprobe-timeout={self.timeout!r}")
-        if self.max_bytes_given:
-            out.append(f"--msprobe-max-bytes={self.max_bytes}")
-        return out
+    # the options only the controller reads (the CSV it continues, the path map): a worker is sent the result
+    CONTROLLER_ONLY = ("result_csv", "host_paths")
+    PATHS = ("out_dir", "error_data_path", "gpu_csv")
+
+    def brief(self, where: Callable[[str], str] | None = None) -> dict:
+        """These settings for a worker (:class:`~.brief.WorkerBrief`), every path through ``where`` (the
+        controller's absolute path -> the one on the worker's host); the memory budget only when given (else
+        that host's own share)."""
+        data = dataclasses.asdict(self)
+        for name in self.CONTROLLER_ONLY:
+            data.pop(name)
+        if where is not None:
+            data["api_info"] = [where(os.path.abspath(p)) for p in self.api_info]
+            for name in self.PATHS:
+                if data[name]:
+                    data[name] = where(os.path.abspath(data[name]))
+        if not self.max_bytes_given:
+            data["max_bytes"] = 0
+        return data
+
+    @classmethod
+    def from_brief(cls, data: dict) -> Settings:
+        """The settings a worker was sent (:meth:`brief`)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        s = cls(**{k: v for k, v in data.items() if k in names})
+        if not s.max_bytes_given:
+            s.max_bytes = default_max_bytes()
+        return s

@@ -23,8 +23,6 @@ ENVIRONMENT = (
      "(docs/dump.md)"),
     ("MSPROBE_DUMP_STAT_CACHE", "`0`: the dumper computes the statistics of every tensor it records, none reused "
      "(the same dump bytes; docs/dump.md)"),
-    ("MSPROBE_FORK_WORKERS", "`0`: local xdist workers (`-n N`, `--tx popen`) start as fresh interpreters instead "
-     "of being forked from the run's fork server (docs/accuracy-check.md, \"When -n pays\")"),
     ("MSPROBE_DUMP_WRITER", "`thread`: the tensor task's files are written by a thread of the training process "
      "instead of a writer process (docs/dump.md)"),
 )

@@ -227,9 +227,8 @@ def test_host_paths_map_longest_prefix_first_and_bad_entries_say_what_to_write()
 def test_two_hosts_give_the_one_host_csv(project, start_host, tmp_path):
     """bf16 transformer and fp32 MLP dumps over two hosts: every API once, every details Status as one host.
 
-    The dumps are given as absolute paths in the space form (what xdist could not send before); host B
-    reads its own copy of them through --msprobe-host-path; each host's workers take that host's device
-    slots 0 and 1 (not the global gw2, gw3)."""
+    Host B reads its own copy of the dumps through --msprobe-host-path (the settings its brief carries); each
+    host's workers take that host's device slots 0 and 1 (not the global gw2, gw3)."""
     p = project
     dumps = p.path / "dumps"
     (p.path / "one").mkdir()
@@ -244,7 +243,7 @@ def test_two_hosts_give_the_one_host_csv(project, start_host, tmp_path):
     shutil.copytree(dumps, host_b_dumps)
     a, b = start_host("A"), start_host("B")
     (p.path / "two").mkdir()
-    res = _run(p, "--msprobe-api-info", str(dumps), "--msprobe-out", "two", "--msprobe-devices", "0,1,2,3",
+    res = _run(p, f"--msprobe-api-info={dumps}", "--msprobe-out=two", "--msprobe-devices", "0,1,2,3",
                "--tx", f"2*socket={a.address}", "--tx", f"2*socket={b.address}", "--dist", "load",
                "--msprobe-host-path", f"{b.address}:{dumps}={host_b_dumps}")
     assert res.ret == ref.ret, res.stdout.str()[-3000:]
@@ -266,30 +265,32 @@ def test_two_hosts_give_the_one_host_csv(project, start_host, tmp_path):
 
 @pytest.mark.slow
 def test_host_lost_mid_run_leaves_whole_csvs_and_lf_completes(project, start_host, tmp_path):
+    """xdist replaces a worker that went down; on a lost host that fails, and the run stops there with one line
+    naming the host: the call each of its workers ran is an error row naming the host, the CSVs are whole,
+    and --lf checks those calls and every one not run."""
     p = project
     a = start_host("A")
     b = start_host("B", PLANT_KILL_HOST="1", PLANT_MARKER=str(tmp_path / "B-killed"))
     dump = str(p.path / "dumps" / "mlp" / "dump.json")
-    res = _run(p, "--msprobe-api-info", dump, "--tx", f"2*socket={a.address}", "--tx", f"2*socket={b.address}",
+    res = _run(p, f"--msprobe-api-info={dump}", "--tx", f"2*socket={a.address}", "--tx", f"2*socket={b.address}",
                "--dist", "load")
     out = res.stdout.str()
     assert (tmp_path / "B-killed").exists()
     assert res.ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]
-    assert "INTERNALERROR" not in out
-    assert f"host {b.address} lost mid-run" in out
+    assert "INTERNALERROR" not in out + res.stderr.str()
+    assert f"host {b.address} is lost" in res.stderr.str() and f"host {b.address} lost mid-run" in out
     rows, details = _pair(p.path)
-    assert len(rows) == 15                                     # every API once: the run finished
     lost = sorted(n for n, r in rows.items() if r.forward == "error")
-    assert 1 <= len(lost) <= 2, lost
+    assert 1 <= len(lost) <= 2 and len(rows) <= 15, lost
     for name in lost:
         assert f"on host {b.address} crashed" in rows[name].message
     assert all(r.forward == "pass" for n, r in rows.items() if n not in lost)
     assert {acc_csv.api_of_output(r[0]) for r in details} == set(rows)
     lastfailed = json.loads((p.path / ".pytest_cache" / "v" / "cache" / "lastfailed").read_text())
     assert sorted(lastfailed) == [f"dumps/mlp/dump.json::{n}" for n in lost]   # the controller's node ids
-    res = _run(p, "--msprobe-api-info", dump, "--tx", f"2*socket={a.address}", "--dist", "load", "--lf")
+    res = _run(p, f"--msprobe-api-info={dump}", "--tx", f"2*socket={a.address}", "--dist", "load", "--lf")
     assert res.ret == pytest.ExitCode.OK, res.stdout.str()[-3000:]
-    res.assert_outcomes(passed=len(lost))                     # xdist: deselection happens on the workers
+    res.assert_outcomes(passed=15 - len(rows) + len(lost))    # xdist: deselection happens on the workers
     rows, details = _pair(p.path)
     assert len(rows) == 15 and all(r.forward == "pass" for r in rows.values())
     names = [r[0] for r in details]
@@ -325,8 +326,8 @@ def _same_as_one_host(p, hosts_: list, *extra: str) -> str:
     assert len(ref_rows) > 100 and len(set(_statuses(ref_details).values())) >= 2
     (p.path / "two").mkdir()
     tx = [arg for host in hosts_ for arg in ("--tx", f"socket={host.address}")]
-    res = p.runpytest_subprocess("-p", "no:randomly", "-v", "--msprobe-api-info", str(p.path / "dumps"),
-                                 "--msprobe-out", "two", *tx, "--dist", "load", *extra, timeout=RUN_S)
+    res = p.runpytest_subprocess("-p", "no:randomly", "-v", f"--msprobe-api-info={p.path / 'dumps'}",
+                                 "--msprobe-out=two", *tx, "--dist", "load", *extra, timeout=RUN_S)
     out = res.stdout.str()
     assert res.ret == ref.ret, out[-3000:]
     assert res.parseoutcomes() == outcomes
@@ -441,7 +442,7 @@ def test_msprobe_bf16_dumps_across_two_hosts_in_their_own_network_namespaces(bf1
 def test_a_host_that_cannot_start_is_one_usage_error(project, start_host):
     host = start_host("A")
     host.stop()                                                # nothing listens there any more
-    res = _run(project, "--msprobe-api-info", "dumps/mlp/dump.json", "--tx", f"socket={host.address}",
+    res = _run(project, "--msprobe-api-info=dumps/mlp/dump.json", "--tx", f"socket={host.address}",
                "--tx", "popen", "--dist", "load")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     text = res.stderr.str()
@@ -453,13 +454,13 @@ def test_a_host_that_cannot_start_is_one_usage_error(project, start_host):
 def test_a_host_whose_workers_cannot_start_stops_the_run_with_one_error(project, start_host):
     """Host B lacks the backend module given with -p: its worker ends before it is ready; no endless restarts."""
     a, b = start_host("A"), start_host("B", plugins=False)
-    res = _run(project, "--msprobe-api-info", "dumps/mlp/dump.json", "--tx", f"socket={a.address}",
+    res = _run(project, "--msprobe-api-info=dumps/mlp/dump.json", "--tx", f"socket={a.address}",
                "--tx", f"socket={b.address}", "--dist", "load")
     text = res.stdout.str() + res.stderr.str()
     assert res.ret not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), text[-3000:]
     assert f"cannot start a worker on host {b.address}" in text and "hostplant" in text, text[-3000:]
     assert "INTERNALERROR" not in text
-    assert text.count("replacing crashed worker") <= 1
+    assert text.count("replacing crashed worker") == 0
 
 
 @pytest.mark.slow
@@ -474,16 +475,16 @@ def test_baseline_gpu_csv_and_result_csv_across_hosts(project, start_host):
     result = glob.glob(str(p.path / "one" / "accuracy_checking_result_*.csv"))[0]
     host = start_host("A")
     (p.path / "gpu").mkdir()
-    res = _run(p, "--msprobe-api-info", dump, "--tx", f"socket={host.address}", "--dist", "load",
-               "--msprobe-baseline", result, "--msprobe-gpu-csv", acc_csv.details_path_for(result),
-               "--msprobe-out", "gpu", "-k", "gelu or linear")
+    res = _run(p, f"--msprobe-api-info={dump}", "--tx", f"socket={host.address}", "--dist", "load",
+               f"--msprobe-baseline={result}", f"--msprobe-gpu-csv={acc_csv.details_path_for(result)}",
+               "--msprobe-out=gpu", "-k", "gelu or linear")
     res.assert_outcomes(passed=3)
     assert glob.glob(str(p.path / "gpu" / "api_precision_compare_result_*.csv"))
     lines = open(result, encoding="utf-8-sig").read().split("\n")
     with open(result, "w", encoding="utf-8-sig", newline="") as fh:     # drop the last two APIs
         fh.write("\n".join(lines[:-3]) + "\n")
-    res = _run(p, "--msprobe-api-info", dump, "--tx", f"socket={host.address}", "--dist", "load",
-               "--msprobe-result-csv", result)
+    res = _run(p, f"--msprobe-api-info={dump}", "--tx", f"socket={host.address}", "--dist", "load",
+               f"--msprobe-result-csv={result}")
     res.assert_outcomes(passed=2)
     assert [r.name for r in acc_csv.read_result_csv(result)][-2:] == ["Tensor.add_.4", "Tensor.add_.5"]
     assert len(acc_csv.read_result_csv(result)) == 15

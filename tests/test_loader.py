@@ -335,42 +335,6 @@ def test_the_common_key_form_is_read_as_the_format_reads_it(pieces):
         assert bool(call.problems) == (parsed.kind == fmt.KIND_JIT)
 
 
-def _counting_reads(monkeypatch):
-    from generators import loader
-    reads = []
-    real = loader._load_dump_file
-
-    def counted(path, max_json_bytes):
-        reads.append(path)
-        return real(path, max_json_bytes)
-
-    monkeypatch.setattr(loader, "_load_dump_file", counted)
-    monkeypatch.setattr(loader, "_READ_AHEAD", {})
-    return loader, reads
-
-
-def test_a_dump_read_ahead_is_handed_once_to_the_next_load_of_the_same_unchanged_file(tmp_path, monkeypatch):
-    loader, reads = _counting_reads(monkeypatch)
-    path = write_dump(tmp_path / "step0" / "rank", {"Torch.relu.0.forward": {"input_args": [t()], "output": [t()]}})
-    assert loader.read_ahead(str(tmp_path)) == 1 and len(reads) == 1
-    names = [c.name for c in load_dump(tmp_path).cases]
-    assert names == ["Torch.relu.0"] and len(reads) == 1       # handed over, not read again
-    assert [c.name for c in load_dump(tmp_path).cases] == names and len(reads) == 2    # only once
-    loader.read_ahead(str(path))
-    path.write_text(path.read_text().replace("Torch.relu.0", "Torch.relu.10"))  # changed since
-    assert [c.name for c in load_dump(path).cases] == ["Torch.relu.10"] and len(reads) == 4
-
-
-def test_a_dump_that_cannot_be_read_ahead_is_left_to_the_load_that_reports_it(tmp_path, monkeypatch):
-    loader, reads = _counting_reads(monkeypatch)
-    assert loader.read_ahead(str(tmp_path / "missing")) == 0
-    (tmp_path / "step0" / "rank").mkdir(parents=True)
-    (tmp_path / "step0" / "rank" / "dump.json").write_text("{not json")
-    assert loader.read_ahead(str(tmp_path)) == 0 and not loader._READ_AHEAD
-    with pytest.raises(DumpError, match="dump.json"):
-        load_dump(tmp_path)
-
-
 def test_a_peek_parses_a_copy_of_a_case_and_leaves_the_case_unparsed(tmp_path):
     from generators.loader import load_dump_file
     path = write_dump(tmp_path, {

@@ -125,22 +125,10 @@ def test_a_run_that_never_used_hypothesis_does_not_import_it_at_the_end(project)
     res.stdout.fnmatch_lines(["*Hypothesis Statistics*", "*HYPOTHESIS True True*"])   # its summary stays
 
 
-WATCH_REWRITER = '''
+WATCH_IMPORTS = '''
 import json, sys
 import pytest
-from _pytest.assertion.rewrite import AssertionRewritingHook
 
-HOOK = next(f for f in sys.meta_path if isinstance(f, AssertionRewritingHook))
-ASKED = []
-PLAIN = HOOK.find_spec
-
-
-def find_spec(name, *args, **kwargs):
-    ASKED.append(name)
-    return PLAIN(name, *args, **kwargs)
-
-
-HOOK.find_spec = find_spec
 BEFORE = "torch" in sys.modules
 GC_AT_TORCH = []
 
@@ -153,27 +141,25 @@ class WatchTorch:             # asked about torch once its import starts: is aut
         return None
 
 
-sys.meta_path.insert(1, WatchTorch())
+sys.meta_path.insert(0, WatchTorch())
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
-    print("REWRITER", json.dumps({"before": BEFORE, "torch": "torch" in sys.modules, "first": sys.meta_path[0] is HOOK,
-                                  "asked_torch": sum(n.partition(".")[0] == "torch" for n in ASKED),
-                                  "gc_at_torch": GC_AT_TORCH, "gc_after": __import__("gc").isenabled()}))
+    print("IMPORTS", json.dumps({"before": BEFORE, "torch": "torch" in sys.modules,
+                                 "gc_at_torch": GC_AT_TORCH, "gc_after": __import__("gc").isenabled()}))
 '''
 
 
-def test_the_calls_modules_are_imported_without_pytests_rewriter(project):
-    """torch's thousand modules are no test files nor plugins: pytest's assertion rewriter is not asked about
-    them (about 50 ms), and it is back in its place afterwards. Automatic garbage collection is paused while
-    they are imported (their objects live to the end) and on again afterwards."""
-    project.makeconftest(WATCH_REWRITER)
+def test_the_calls_modules_are_imported_at_configure_with_automatic_collection_paused(project):
+    """torch is imported while the process configures (not at its first call), with automatic garbage
+    collection paused (its objects live to the end) and on again afterwards."""
+    project.makeconftest(WATCH_IMPORTS)
     res = project.runpytest_subprocess("--msprobe-api-info", "dump", "-p", "no:randomly", "-s")
     assert res.ret == 0, res.stdout.str()
-    line = next(x for x in res.stdout.lines if x.startswith("REWRITER"))
-    assert json.loads(line.split(" ", 1)[1]) == {"before": False, "torch": True, "first": True, "asked_torch": 0,
-                                                 "gc_at_torch": [False], "gc_after": True}
+    line = next(x for x in res.stdout.lines if x.startswith("IMPORTS"))
+    assert json.loads(line.split(" ", 1)[1]) == {"before": False, "torch": True, "gc_at_torch": [False],
+                                                 "gc_after": True}
 
 
 def test_options_in_help_and_ini(pytester):
@@ -227,7 +213,8 @@ def test_gpu_csv_compare_decides_exit_status(project):
     assert glob.glob(str(project.path / "api_precision_compare_result_*.csv"))
     # the items follow the compare: only the perturbed API fails, with the compare's reason
     res.assert_outcomes(failed=1, passed=14)
-    res.stdout.fnmatch_lines(["*FAILED*Functional.gelu.0*NPU-vs-GPU compare: forward error*"])
+    res.stdout.fnmatch_lines(["*_ dump.json::Functional.gelu.0 _*", "NPU-vs-GPU compare: forward error*",
+                              "*FAILED*Functional.gelu.0*"])     # the failure's text (any pytest's summary)
 
 
 def test_gpu_csv_judges_items_by_the_compare_not_the_raw_status(project):

@@ -267,17 +267,6 @@ def test_large_bf16_output_is_read_in_chunks(monkeypatch):
     assert row.status in ("pass", "Warning") and len(reads) >= 5 and max(reads) <= 1000
 
 
-def test_backward_skip_messages():
-    assert C.backward_skip_message("mul", has_out_kwarg=False) == ""
-    assert C.backward_skip_message("mul", has_out_kwarg=True) == C.MSG_BACKWARD_OUT
-    assert C.backward_skip_message("repeat_interleave", has_out_kwarg=True) == (
-        C.MSG_BACKWARD_OUT + C.MSG_BACKWARD_NONE)
-    assert C.backward_skip_message("split", has_out_kwarg=False, output_is_sequence=True) == C.MSG_BACKWARD_MULTI
-    assert C.backward_skip_message("topk", has_out_kwarg=False, output_is_sequence=True) == ""
-
-
-
-
 @settings(max_examples=40, deadline=None)
 @given(dt=st.sampled_from([torch.float16, torch.bfloat16, torch.float32]),
        n=st.integers(1, 300), seed=st.integers(0, 2 ** 16), version=st.sampled_from(["1.0.4", "26.2"]),

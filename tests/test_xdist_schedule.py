@@ -57,7 +57,7 @@ def _dump(path) -> None:
     PrecisionDebugger.reset()
 
 
-@pytest.mark.parametrize("dist", ["load", "worksteal"])
+@pytest.mark.parametrize("dist", ["load"])
 def test_the_two_largest_calls_run_on_different_workers(pytester, dist):
     """Each worker starts on one of the two largest calls, whichever worker collects first (each waits in its
     first call until the other runs, so that how far apart they start cannot decide it)."""
@@ -320,7 +320,8 @@ def pytest_sessionfinish(session):
     parsed = sorted(c.name for p in sess.dump_paths for c in sess.cases_of(p) if c._parts is not None)
     order = [item.name for item in session.items]
     with open(os.path.join(os.path.dirname(__file__), config.workerinput["workerid"] + ".json"), "w") as fh:
-        json.dump({"parsed": parsed, "order": order, "costs": "msprobe_costs" in config.workerinput}, fh)
+        from pytest_msprobe.brief import WorkerBrief
+        json.dump({"parsed": parsed, "order": order, "costs": bool(WorkerBrief.read(config).costs)}, fh)
 '''
 
 

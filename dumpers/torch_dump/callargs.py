@@ -12,7 +12,6 @@ import bisect
 import dis
 import inspect
 import os
-import sys
 from typing import Any, Optional
 
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -22,6 +21,17 @@ _CALLS = ("CALL", "CALL_KW", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW")
 _signatures: dict = {}
 _shapes: dict = {}
 _instructions: dict = {}               # code object -> its instructions (disassembled once)
+
+def _frame(depth: int) -> Any:
+    """The frame ``depth`` levels above the function that calls this one (``sys._getframe(depth)`` there),
+    through the public ``inspect.currentframe``; None where the interpreter keeps no frames."""
+    frame = inspect.currentframe()
+    for _ in range(depth + 1):
+        if frame is None:
+            break
+        frame = frame.f_back
+    return frame
+
 
 
 def _signature(func: Any) -> Optional[inspect.Signature]:
@@ -86,7 +96,7 @@ _WRAPPER_FILES = (os.path.join("torch", "_jit_internal.py"),)   # boolean_dispat
 
 def _frames(func_code: Any) -> tuple:
     """(the frame that called handle_torch_function, the frame of the user's call), or Nones."""
-    frame = sys._getframe(3)
+    frame = _frame(3)
     while frame is not None and (frame.f_code.co_filename.startswith(_OWN_DIR)
                                  or frame.f_code.co_filename.endswith(_SKIP)):
         frame = frame.f_back

@@ -11,9 +11,9 @@ as the same plain method with the same arguments; the dumper's wrappers of those
 """
 from __future__ import annotations
 
+import inspect
 import operator
 import os
-import sys
 import threading
 import types
 from typing import Any, Callable, Optional
@@ -32,6 +32,17 @@ _OPERATOR_FUNCTIONS = ("add", "and_", "floordiv", "lshift", "matmul", "mul", "mo
                        "ilshift", "imatmul", "imul", "imod", "ior", "ipow", "irshift", "isub", "itruediv", "ixor")
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 _REFLECTED = threading.local()        # .call = (tensor, dunder) while a reflected slot wrapper runs
+
+def _frame(depth: int) -> Any:
+    """The frame ``depth`` levels above the function that calls this one (``sys._getframe(depth)`` there),
+    through the public ``inspect.currentframe``; None where the interpreter keeps no frames."""
+    frame = inspect.currentframe()
+    for _ in range(depth + 1):
+        if frame is None:
+            break
+        frame = frame.f_back
+    return frame
+
 
 
 def mark_reflected(tensor: Any, dunder: Optional[str]) -> Any:
@@ -202,7 +213,7 @@ class ApiRegistry:
         torch's own frames are passed over unless they execute the operator themselves (the body of
         ``Tensor.__rdiv__`` multiplies with ``*``).
         """
-        frame: Optional[types.FrameType] = sys._getframe(1)
+        frame: Optional[types.FrameType] = _frame(1)
         while frame is not None:
             filename = frame.f_code.co_filename
             if filename.endswith(_SKIP_FRAME_FILES) or filename.startswith(_OWN_DIR):

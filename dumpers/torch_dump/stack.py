@@ -4,7 +4,6 @@ from __future__ import annotations
 import inspect
 import linecache
 import os
-import sys
 from typing import Any, Optional
 
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -19,6 +18,17 @@ _chains: dict = {}           # (code id, offset) pairs of the frames above an an
 _KNOWN_LIMIT = 65536
 _NOT_PLAIN = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _last: tuple = (None, None)  # (anchor frame, interned chain above it) of the latest capture
+
+def _frame(depth: int) -> Any:
+    """The frame ``depth`` levels above the function that calls this one (``sys._getframe(depth)`` there),
+    through the public ``inspect.currentframe``; None where the interpreter keeps no frames."""
+    frame = inspect.currentframe()
+    for _ in range(depth + 1):
+        if frame is None:
+            break
+        frame = frame.f_back
+    return frame
+
 
 
 def capture(skip_code: Optional[object] = None) -> tuple:
@@ -35,7 +45,7 @@ def capture(skip_code: Optional[object] = None) -> tuple:
     from one frame (an optimizer's loop over its parameters) walk the stack once. Only a new call
     site builds the tuples.
     """
-    anchor = sys._getframe(1)
+    anchor = _frame(1)
     while anchor is not None and anchor.f_code.co_filename.startswith(_OWN_DIR):
         anchor = anchor.f_back
     if anchor is None:
@@ -47,7 +57,7 @@ def capture(skip_code: Optional[object] = None) -> tuple:
     known = _known.get(key)
     if known is not None:
         return known
-    frames, codes = _walk(sys._getframe(1), skip_code)
+    frames, codes = _walk(_frame(1), skip_code)
     if len(_known) >= _KNOWN_LIMIT:
         _known.clear()
         _pinned.clear()

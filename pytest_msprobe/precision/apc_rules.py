@@ -26,7 +26,7 @@ from .standards import (
     StandardVersion,
     get_standard,
 )
-from .verdict import WARNING_KEY
+from .verdict import worst_judged
 
 # 比对算法 cell values (section 5.3)
 ALGO_BENCHMARK = "标杆比对法"
@@ -187,13 +187,8 @@ def limit_status(value: float, error: float, warning: float | None, std: Standar
 
 
 def worst(statuses: Sequence[str], std: StandardVersion) -> str:
-    """error if any error, else the warning spelling if any warning, else pass."""
-    lowered = {s.lower() for s in statuses}
-    if ERROR in lowered:
-        return ERROR
-    if WARNING_KEY in lowered:
-        return std.warning
-    return PASS
+    """error if any error, else the warning spelling if any warning, else pass (:func:`.verdict.worst_judged`)."""
+    return std.spell(worst_judged(statuses) or PASS)
 
 
 # ------------------------------------------------------------------------------------------------

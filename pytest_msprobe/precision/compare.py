@@ -26,10 +26,8 @@ from .standards import (
     ERROR,
     FIRST_OUTPUT_ONLY_APIS,
     FP16,
-    GRAD_INDEX,
     MAX_ABS_PASS,
     NEW_STANDARD_DTYPES,
-    NO_BACKWARD_APIS,
     PASS,
     SKIP,
     THOUSANDTH,
@@ -39,7 +37,7 @@ from .standards import (
     get_standard,
     standard_for,
 )
-from .verdict import WARNING_KEY
+from .verdict import WARNING_KEY, worst_judged
 
 MSG_TYPE = "bench and npu output type is different."
 MSG_DICT_KEYS = "bench and npu output dict keys are different."
@@ -49,9 +47,6 @@ MSG_EMPTY_REL = "Relative error result list is empty."
 MSG_NO_BENCH_RESULT = "There is not bench calculation result."
 
 # 1.4 / 3.3 backward skip messages
-MSG_BACKWARD_OUT = "function with out=... arguments don't support automatic differentiation, skip backward."
-MSG_BACKWARD_NONE = "function backward result is None, skip backward."
-MSG_BACKWARD_MULTI = "Multiple backward is not supported."
 
 # 3.1 verdict sentences
 V_COS_ERR = "Cosine similarity is less than 0.99, consider as error, skip other check and set to SPACE.\n"
@@ -91,22 +86,6 @@ class DetailRow:
     standard: str = ""             # "benchmark"/"ulp"/... which standard applied (for reports)
 
 
-def backward_skip_message(api_name: str, *, has_out_kwarg: bool, output_is_sequence: bool = False) -> str:
-    """Why backward is not run for an API call (1.4), or "" when it can run.
-
-    Several reasons are concatenated without a separator, as msprobe does. ``output_is_sequence`` means the
-    forward output is a list/tuple and the API has no grad index (``GRAD_INDEX``).
-    """
-    msg = ""
-    if has_out_kwarg:
-        msg += MSG_BACKWARD_OUT
-    if api_name in NO_BACKWARD_APIS:
-        msg += MSG_BACKWARD_NONE
-    if output_is_sequence and api_name not in GRAD_INDEX:
-        msg += MSG_BACKWARD_MULTI
-    return msg
-
-
 def skip_row(row_name: str, message: str) -> DetailRow:
     """A SKIP details row: every dtype/shape/metric cell blank."""
     return DetailRow(row_name, None, None, None, _blank_metrics(), SKIP, message)
@@ -139,11 +118,7 @@ def rollup(statuses: Sequence[str], *, version: str | StandardVersion = DEFAULT_
             elif s == WARNING_KEY:
                 verdict = std.warning
         return verdict
-    if ERROR in low:
-        return ERROR
-    if WARNING_KEY in low:
-        return std.warning
-    return PASS
+    return std.spell(worst_judged(low) or PASS)
 
 
 def _to_numpy(x: Any) -> np.ndarray:

@@ -235,6 +235,10 @@ class StandardVersion:
     apc_topk_hint_in_result: bool                  # 26.2 / section 9 #9 fix
     extra: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
 
+    def spell(self, key: str) -> str:
+        """A status key (:func:`.verdict.worst`'s) as this standard writes it (its warning spelling)."""
+        return self.warning if key == WARNING else key
+
     def small_value(self, dtype: str) -> SmallValue:
         """Benchmark small-value thresholds for a device dtype string."""
         try:

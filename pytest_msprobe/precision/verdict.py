@@ -57,7 +57,8 @@ def is_bad_row(status: object) -> bool:
 
 
 def worst(statuses: Iterable[object]) -> str:
-    """The worst of ``statuses`` as a lower-case key (``SEVERITY`` order); no known status -> pass."""
+    """The worst of ``statuses`` as a lower-case key (``SEVERITY`` order); no known status -> pass. The one
+    "worst status" of the package: a roll-up, the compare's API status and the reports ask it."""
     present = {norm(s) for s in statuses}
     for key in SEVERITY:
         if key in present:
@@ -65,13 +66,22 @@ def worst(statuses: Iterable[object]) -> str:
     return PASS_KEY
 
 
-def item_outcome(forward: object, backward: object, *, fail_on: str = DEFAULT_FAIL_ON,
-                 reference: tuple | None = None) -> str:
-    """PASSED, FAILED or SKIPPED for one API from its device-vs-bench statuses.
+def worst_judged(statuses: Iterable[object]) -> str | None:
+    """The worst of the judged statuses (error, warning, pass; SKIP, blanks and others left out) as a lower-case
+    key, or None when none was judged."""
+    judged = [s for s in (norm(x) for x in statuses) if s in (ERROR_KEY, WARNING_KEY, PASS_KEY)]
+    return worst(judged) if judged else None
 
-    ``reference``: the (forward, backward) statuses of the NPU-vs-GPU compare of this API, which decide when
-    given (``--msprobe-gpu-csv``): any failing one fails, all SKIP (blanks aside) skips, else it passes. An API
-    the device-vs-bench run skipped is SKIPPED either way.
+
+def item_outcome(forward: object, backward: object, *, fail_on: str = DEFAULT_FAIL_ON,
+                 reference: tuple | None = None, fidelity: Iterable[object] = (), fidelity_mode: str = "") -> str:
+    """PASSED, FAILED or SKIPPED for one API: the one decision of an item's outcome.
+
+    ``forward``, ``backward``: its device-vs-bench statuses. ``reference``: the (forward, backward) statuses of
+    the NPU-vs-GPU compare of this API, which decide when given (``--msprobe-gpu-csv``): any failing one fails,
+    all SKIP (blanks aside) skips, else it passes. An API the device-vs-bench run skipped is SKIPPED either
+    way. ``fidelity``: its Replay Fidelity cells; under ``fidelity_mode`` strict an unfaithful replay fails an
+    API that would pass.
     """
     if is_skip(forward):
         return SKIPPED
@@ -80,8 +90,9 @@ def item_outcome(forward: object, backward: object, *, fail_on: str = DEFAULT_FA
             return FAILED
         if all(is_skip(s) for s in reference if norm(s)):
             return SKIPPED
-        return PASSED
-    return FAILED if is_failing(forward, backward, fail_on=fail_on) else PASSED
+    elif is_failing(forward, backward, fail_on=fail_on):
+        return FAILED
+    return FAILED if fidelity_fails(fidelity, fidelity_mode) else PASSED
 
 
 def is_unfaithful(fidelity: object) -> bool:
@@ -96,8 +107,7 @@ def fidelity_fails(fidelity_cells: Iterable[object], mode: str) -> bool:
 
 def compare_status(forward: object, backward: object) -> str:
     """The one status an API of an NPU-vs-GPU compare is counted under: error, else warning, else pass, else SKIP."""
-    cells = {norm(forward), norm(backward)}
-    return next((s for s in (ERROR, WARNING, PASS) if s in cells), SKIP)
+    return worst_judged((forward, backward)) or SKIP
 
 
 # the order a compare summary counts its statuses in

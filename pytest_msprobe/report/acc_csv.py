@@ -26,7 +26,7 @@ from dumpers.format import parse_row_name
 
 from ..precision.verdict import DEFAULT_FAIL_ON, is_failing  # is_failing: a result row's roll-up, for readers
 from .columns import BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, FIDELITY_COLUMN, RESULT_HEADER
-from .fmt import _FORMULA_LEAD, DEFAULT_PRECISION, format_cell, safe_text
+from dumpers.csvcell import DEFAULT_PRECISION, FORMULA_LEAD, format_cell, safe_text
 
 BOM = "\ufeff"
 RESULT_PREFIX = "accuracy_checking_result_"
@@ -60,7 +60,7 @@ def timestamp_of(result_path: str) -> str | None:
 
 def cell_name(cell: str) -> str:
     """A name cell as written by :func:`safe_text` -> the name (the neutralising apostrophe removed)."""
-    if cell[:1] == "'" and cell[1:2] and cell[1] in _FORMULA_LEAD:
+    if cell[:1] == "'" and cell[1:2] and cell[1] in FORMULA_LEAD:
         return cell[1:]
     return cell
 

@@ -25,7 +25,7 @@ from ..precision.standards import DEFAULT_STANDARD, ERROR, SKIP, TOPK_HINT, Stan
 from .columns import APC_DETAILS_HEADER, APC_RESULT_HEADER, BLANK
 from .details_table import (COPIED_COLUMNS, REQUIRED_COLUMNS, ApcInputError, DetailsTable, PathLike,
                             read_details)
-from .fmt import format_cell, safe_text
+from dumpers.csvcell import format_cell, safe_text
 from .standard_detect import choose_standard, detect_standard
 
 __all__ = ["COPIED_COLUMNS", "REQUIRED_COLUMNS", "ApcInputError", "ApiVerdict", "CompareOutcome", "DetailsTable",

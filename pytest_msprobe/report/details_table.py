@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Union
 
 from .columns import DETAILS_HEADER
-from .fmt import format_cell
+from dumpers.csvcell import format_cell
 
 PathLike = Union[str, Path]
 
