@@ -37,8 +37,6 @@ ALLOWED = {
         "no public way to ask whether a dispatch mode is already active (nesting PtdbgDispatch)",
     ("dumpers/torch_dump/capture.py", "torch.overrides._get_current_function_mode_stack"):
         "no public way to ask whether the dumper's function mode is already on the stack",
-    ("dumpers/torch_dump/capture.py", "sys._getframe"):
-        "the dumper's hot path asks who called; inspect.currentframe() is the same call and one more frame",
     ("dumpers/torch_dump/capture.py", "setattr(cls, dunder, _reflected_wrapper(dunder, target))"):
         "docs/dump.md: which side of an operator a Python scalar was on is seen only by the reflected dunder",
     ("dumpers/torch_dump/capture.py", "setattr(cls, dunder, original)"): "restores the reflected dunder",

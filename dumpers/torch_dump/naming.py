@@ -11,8 +11,8 @@ instruction of the first calling frame outside it, so a subclass elsewhere overr
 """
 from __future__ import annotations
 
+import inspect
 import os
-import sys
 from typing import Any, Callable
 
 from torch.overrides import TorchFunctionMode
@@ -90,6 +90,6 @@ class NamedCallMode(TorchFunctionMode):
             with self:
                 return func.__wrapped__(*args, **kwargs)
         name = self.lookup(func, args, self.infer_reflected)
-        if name is None or sys._getframe(1).f_code.co_filename.endswith(INTERNAL_CALLERS):
+        if name is None or inspect.currentframe().f_back.f_code.co_filename.endswith(INTERNAL_CALLERS):
             return self.unnamed(func, args, kwargs)
         return self.named(name[0], name[1], func, args, kwargs)
