@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from . import wire
+from .isolation import RunHooks
 from .precision.verdict import FAILED, SKIPPED, item_outcome
 from .replay import CaseResult, data_mode, describe, seed_note, skip_result
 
@@ -60,7 +61,7 @@ def sent_files(workerinput: dict | None) -> list | None:
     return [(str(path), str(nodeid)) for path, nodeid in sent]
 
 
-class DumpFile(pytest.File):
+class DumpFile(RunHooks, pytest.File):
     """A dump.json: one item per API call, in dump order."""
 
     @classmethod
@@ -85,7 +86,7 @@ class DumpFile(pytest.File):
             settle(len(cases), self.config)
 
 
-class ApiItem(pytest.Item):
+class ApiItem(RunHooks, pytest.Item):
     """One captured API call: run on the bench and the device, judged by the precision standard."""
 
     def __init__(self, *, case: Any, index: int | None = None, skip_reason: str | None = None,

@@ -18,6 +18,7 @@ import pytest
 
 from . import hookspec
 from .collect import SELECTION_KEY, SESSION_KEY, DumpFile, freeze_long_lived, is_api_item, node_path, settle
+from .isolation import DumpCollection, check_option_form, collection_args
 from .settings import Settings, add_options
 
 CONTROLLER_KEY = pytest.StashKey["Any"]()
@@ -37,6 +38,7 @@ def pytest_load_initial_conftests(early_config: Any, parser: Any, args: list) ->
     """As early as the options are known, before any conftest: a run with local xdist workers starts its fork
     server, which imports what every worker needs while the controller is still starting (:mod:`.forkserver`);
     this controller has imported pytest and its plugins, and so will the server that it forks from itself."""
+    check_option_form(early_config)      # before any conftest: pytest may have rooted the run in a dump
     api_info = getattr(early_config.known_args_namespace, "msprobe_api_info", None)
     if api_info:
         _start_fork_server(early_config, early_config.known_args_namespace, before_fork=lambda: _read_ahead(api_info))
@@ -154,12 +156,18 @@ def _narrowed(config: Any, plan: Any) -> bool:
 
 
 def _set_args(config: Any, files: list) -> None:
-    """With no test paths on the command line, collect just the dumps; otherwise add them."""
+    """The dumps are never collection arguments (a conftest.py near one would be imported): with no test paths
+    on the command line nothing but the dumps is collected, and they are added to the session's collection."""
     explicit = getattr(config, "args_source", None) == pytest.Config.ArgsSource.ARGS
-    args = list(config.args) if explicit else []
-    have = {os.path.realpath(a.split("::")[0]) for a in args}
-    args += [f for f in files if os.path.realpath(f) not in have]
-    config.args = args
+    config.args = collection_args(list(config.args), explicit, files)
+    config.pluginmanager.register(DumpCollection(lambda session: _dump_collectors(session, files)),
+                                  "msprobe-dump-collection")
+
+
+def _dump_collectors(session: Any, files: list) -> list:
+    sess = session.config.stash[SESSION_KEY]
+    return [DumpFile.for_path(session, Path(f), sess.node_ids.get(os.path.realpath(f))
+                              or node_path(session.config.rootpath, f)) for f in files]
 
 
 def pytest_unconfigure(config: Any) -> None:
@@ -201,29 +209,6 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Any:
     if call.when == "call" and is_api_item(item) and item.payload is not None:
         from . import wire
         wire.attach(outcome.get_result(), item.payload)
-
-
-def pytest_collect_file(file_path: Any, parent: Any) -> Any:
-    sess = parent.config.stash.get(SESSION_KEY, None)
-    real = os.path.realpath(file_path)
-    if sess is None or real not in sess.dump_files:
-        return None
-    nodeid = sess.node_ids.get(real)
-    if nodeid is None and not _under(file_path, parent.config.rootpath):
-        # pytest names a file outside the rootdir after the argument that holds it: a dump given by its own
-        # path gets an empty name ("::Tensor.add_.0"), which says nothing and no report can be traced back to
-        # its file. Such a dump is named by its real path, as the workers on other hosts name it.
-        nodeid = node_path(parent.config.rootpath, str(file_path))
-    return DumpFile.for_path(parent, file_path, nodeid)
-
-
-def _under(path: Any, root: Any) -> bool:
-    """Whether pytest names ``path`` relative to the rootdir (it lies below it, symlinks unresolved)."""
-    try:
-        Path(path).relative_to(root)
-    except ValueError:
-        return False
-    return True
 
 
 @pytest.hookimpl(trylast=True)

@@ -437,7 +437,7 @@ def _run(pytester, out: str, fork: bool, prelude: str = ""):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     env[forkserver.ENV_SWITCH] = "1" if fork else "0"
     args = ["-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-W", "error::pytest.PytestAssertRewriteWarning",
-            "--msprobe-api-info", str(DATA / "mlp_fp32_tensor_L1"), "--msprobe-out", out, "-n", "2"]
+            f"--msprobe-api-info={DATA / 'mlp_fp32_tensor_L1'}", f"--msprobe-out={out}", "-n", "2"]
     cmd = [sys.executable, "-m", "pytest", *args] if not prelude else \
         [sys.executable, "-c", f"{prelude}; import sys, pytest; sys.exit(pytest.main({args!r}))"]
     return subprocess.run(cmd, cwd=pytester.path, env=env, capture_output=True, text=True, timeout=600)

@@ -233,7 +233,7 @@ def test_two_hosts_give_the_one_host_csv(project, start_host, tmp_path):
     p = project
     dumps = p.path / "dumps"
     (p.path / "one").mkdir()
-    ref = p.runpytest("-p", "hostplant", "--msprobe-device-type", "recording", "--msprobe-api-info", str(dumps),
+    ref = p.runpytest("-p", "hostplant", "--msprobe-device-type", "recording", f"--msprobe-api-info={dumps}",
                       "--msprobe-out", "one")
     o = ref.parseoutcomes()
     ref_rows, ref_details = _pair(p.path / "one")
@@ -244,7 +244,7 @@ def test_two_hosts_give_the_one_host_csv(project, start_host, tmp_path):
     shutil.copytree(dumps, host_b_dumps)
     a, b = start_host("A"), start_host("B")
     (p.path / "two").mkdir()
-    res = _run(p, "--msprobe-api-info", str(dumps), "--msprobe-out", "two", "--msprobe-devices", "0,1,2,3",
+    res = _run(p, f"--msprobe-api-info={dumps}", "--msprobe-out", "two", "--msprobe-devices", "0,1,2,3",
                "--tx", f"2*socket={a.address}", "--tx", f"2*socket={b.address}", "--dist", "load",
                "--msprobe-host-path", f"{b.address}:{dumps}={host_b_dumps}")
     assert res.ret == ref.ret, res.stdout.str()[-3000:]
