@@ -86,7 +86,7 @@ class NameError_(ValueError):
     """An entry key that does not follow the naming grammar."""
 
 
-_INT = re.compile(r"^(0|[1-9][0-9]*)$")
+_INT = re.compile(r"(0|[1-9][0-9]*)\Z")      # the whole part: "$" would also match before a "\n"
 
 
 def parse_entry_key(key: str) -> EntryName:
@@ -97,6 +97,8 @@ def parse_entry_key(key: str) -> EntryName:
     """
     if not isinstance(key, str) or not key:
         raise NameError_(f"entry key must be a non-empty string, got {key!r}")
+    if not key.isprintable() or any(ch.isspace() for ch in key):
+        raise NameError_(f"entry key {key!r} holds whitespace or control characters; no call is named so")
     parts = key.split(".")
     prefix = parts[0]
     if prefix in MODULE_PREFIXES:

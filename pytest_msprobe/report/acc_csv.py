@@ -31,7 +31,7 @@ from .fmt import _FORMULA_LEAD, DEFAULT_PRECISION, format_cell, safe_text
 BOM = "\ufeff"
 RESULT_PREFIX = "accuracy_checking_result_"
 DETAILS_PREFIX = "accuracy_checking_details_"
-RESULT_NAME_RE = re.compile(r"^accuracy_checking_result_(\d{14})\.csv$")
+RESULT_NAME_RE = re.compile(r"^accuracy_checking_result_(\d{14})\.csv\Z")
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 
