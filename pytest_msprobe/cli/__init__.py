@@ -96,7 +96,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except FileNotFoundError as exc:
-        print(f"pytest-msprobe {args.command}: error: {exc.filename}: no such file; check the path "
+        print(f"pytest-msprobe {args.command}: error: {exc.filename}: {(exc.strerror or 'no such file').lower()}; "
+              f"check the path "
               f"('pytest-msprobe {args.command} --help' shows what to pass)", file=sys.stderr)
         return 2
     except (OSError, ValueError) as exc:
