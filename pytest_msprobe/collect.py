@@ -61,15 +61,14 @@ def sent_files(workerinput: dict | None) -> list | None:
     return [(str(path), str(nodeid)) for path, nodeid in sent]
 
 
-class DumpFile(RunHooks, pytest.File):
-    """A dump.json: one item per API call, in dump order."""
+class DumpFile(RunHooks, pytest.Collector):
+    """A dump.json: one item per API call, in dump order. Not a ``pytest.File``: pytest never collected it
+    from a path, so its ``--lf`` file filters leave it to the checker's own (:mod:`.select`)."""
 
     @classmethod
-    def for_path(cls, parent: Any, path: Any, nodeid: str | None) -> DumpFile:
-        """The collector of ``path``, under ``nodeid`` when the controller named it (else pytest's own)."""
-        if nodeid is not None:
-            return cls.from_parent(parent, path=path, nodeid=nodeid)
-        return cls.from_parent(parent, path=path)
+    def for_path(cls, parent: Any, path: Any, nodeid: str) -> DumpFile:
+        """The collector of ``path`` under ``nodeid`` (:func:`node_path`, or the controller's name for it)."""
+        return cls.from_parent(parent, name=os.path.basename(str(path)), path=path, nodeid=nodeid)
 
     def collect(self) -> Any:
         sess = self.config.stash[SESSION_KEY]
