@@ -17,6 +17,7 @@ import pytest
 from . import resume, wire
 from .precision.verdict import FAITHFUL, is_unfaithful
 from .report import acc_csv
+from .report.pairs import held, sort_written
 from .report.standard_detect import mark_data_mode
 
 NAME = "msprobe-controller"
@@ -82,7 +83,8 @@ class Controller:
         if plan.resumed:
             existing = acc_csv.finished_apis(plan.result_csv, include_failing=True)
             keep = existing - selected if selected is not None else existing & plan.done
-            acc_csv.keep_apis(plan.result_csv, plan.details_csv, keep)
+            with held(plan.result_csv):         # no other check is writing the pair being rewritten
+                acc_csv.keep_apis(plan.result_csv, plan.details_csv, keep)
         self.writer = acc_csv.AccCsvWriter(plan.result_csv, plan.details_csv, precision=self.settings.precision)
 
     def is_api_nodeid(self, nodeid: str) -> bool:
@@ -100,9 +102,9 @@ class Controller:
         """Close the pair; after a parallel run, put this run's rows back in dump order."""
         if self.writer is None:
             self.prepare(set())
+        if self.order and len(self.written) > 1:    # sorted while this run holds the pair, if still its own
+            sort_written(self.writer, self.plan.result_csv, self.plan.details_csv, self.order)
         self.writer.close()
-        if self.order and len(self.written) > 1:
-            acc_csv.sort_apis(self.plan.result_csv, self.plan.details_csv, self.order)
 
     # --- hooks: set-up and collection -----------------------------------------------------------------------
     def pytest_report_header(self, config: Any) -> list:

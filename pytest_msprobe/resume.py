@@ -8,11 +8,10 @@ says what finished). pytest's own file is never rewritten.
 """
 from __future__ import annotations
 
-import datetime
 import os
 from typing import Any
 
-from .report import acc_csv
+from .report import acc_csv, pairs
 
 RUN_KEY = "msprobe/run"
 LASTFAILED_KEY = "msprobe/lastfailed"
@@ -20,12 +19,6 @@ LASTFAILED_KEY = "msprobe/lastfailed"
 
 def dump_key(paths: list) -> list:
     return sorted(os.path.realpath(p) for p in paths)
-
-
-def _next_second(ts: str) -> str:
-    """``YYYYmmddHHMMSS`` one second later (file names keep msprobe's pattern)."""
-    t = datetime.datetime.strptime(ts, "%Y%m%d%H%M%S") + datetime.timedelta(seconds=1)
-    return t.strftime("%Y%m%d%H%M%S")
 
 
 def _node_prefixes(config: Any, dump_files: list) -> set:
@@ -74,11 +67,7 @@ class ResumePlan:
             done = acc_csv.finished_apis(result, include_failing=False, fail_on=settings.fail_on)
             resumed = True
         else:
-            ts = acc_csv.new_timestamp()
-            result, details = acc_csv.csv_paths(settings.out_dir, ts)
-            while os.path.exists(result) or os.path.exists(details):   # two runs within one second
-                ts = _next_second(ts)
-                result, details = acc_csv.csv_paths(settings.out_dir, ts)
+            ts, result, details = pairs.claim_pair(settings.out_dir)   # created here: no other run takes it
             done = set()
             resumed = False
         lastfailed = None

@@ -26,6 +26,7 @@ from dumpers.format import parse_row_name
 
 from ..precision.verdict import DEFAULT_FAIL_ON, is_failing  # is_failing: a result row's roll-up, for readers
 from .columns import BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, FIDELITY_COLUMN, RESULT_HEADER
+from . import pairs
 from .fmt import _FORMULA_LEAD, DEFAULT_PRECISION, format_cell, safe_text
 
 BOM = "\ufeff"
@@ -220,6 +221,12 @@ class AccCsvWriter:
             make_dirs(d)
         self._details = _open_append(self.details_path, header)
         self._result = _open_append(self.result_path, RESULT_HEADER)
+        try:
+            pairs.lock(self._result.fileno(), self.result_path)     # one check writes a pair at a time
+        except OSError:
+            self._details.close()
+            self._result.close()
+            raise
         self._rw = csv.writer(self._result, lineterminator="\r\n")
         self._fsync_interval = fsync_interval
         self._last_sync = time.monotonic()
@@ -260,6 +267,12 @@ class AccCsvWriter:
             if not fh.closed:
                 fh.flush()
                 os.fsync(fh.fileno())
+
+    def identities(self) -> tuple:
+        """(result, details) :func:`.pairs.identity` of the files written so far."""
+        self._result.flush()
+        self._details.flush()
+        return pairs.identity(self._result.fileno()), pairs.identity(self._details.fileno())
 
     def close(self) -> None:
         self.sync()

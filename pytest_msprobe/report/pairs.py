@@ -1,0 +1,123 @@
+"""Which result/details CSV pair a check writes, so that two checks never share or replace one.
+
+A new pair is claimed by creating both files exclusively (``O_EXCL``): of two checks started in the same
+second into one ``--msprobe-out``, one gets ``..._{ts}.csv`` and the other the next free second, and neither
+writes into the other's files. While a check writes its pair it holds an exclusive advisory lock on the result
+file (a second check continuing the same pair, ``--lf`` or ``--msprobe-result-csv``, stops with one line), and
+its end-of-run rewrite (rows back in dump order after ``-n``) replaces only the file it wrote, unchanged since.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+try:
+    import fcntl
+except ImportError:         # no advisory locks on this platform: exclusive creation still keeps pairs apart
+    fcntl = None  # type: ignore[assignment]
+
+MAX_TRIES = 3600            # one free name within the next hour of one-second stamps
+
+
+class PairBusy(OSError):
+    """Another check is writing this CSV pair."""
+
+
+def next_second(ts: str) -> str:
+    """``YYYYmmddHHMMSS`` one second later (file names keep msprobe's pattern)."""
+    t = datetime.datetime.strptime(ts, "%Y%m%d%H%M%S") + datetime.timedelta(seconds=1)
+    return t.strftime("%Y%m%d%H%M%S")
+
+
+def _create(path: str, mode: int) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def claim_pair(out_dir: str, ts: str | None = None) -> tuple:
+    """(timestamp, result path, details path) of a new pair in ``out_dir``, both files created here, empty
+    (the writer gives them their BOM and header); the first free second from ``ts`` (default: now).
+
+    Raises:
+        OSError: the folder cannot be created or written.
+    """
+    from .acc_csv import FILE_MODE, csv_paths, make_dirs, new_timestamp
+    make_dirs(out_dir)
+    ts = ts or new_timestamp()
+    for _ in range(MAX_TRIES):
+        result, details = csv_paths(out_dir, ts)
+        if _create(result, FILE_MODE):
+            if _create(details, FILE_MODE):
+                return ts, result, details
+            os.unlink(result)           # a details file without its result file: leave that name alone
+        ts = next_second(ts)
+    raise FileExistsError(f"no free name for a result CSV in {out_dir} within {MAX_TRIES} seconds of stamps; "
+                          f"give another --msprobe-out")
+
+
+def lock(fd: int, path: str) -> None:
+    """Take the exclusive advisory lock of the pair whose result file is open as ``fd`` (held until closed).
+
+    Raises:
+        PairBusy: another check holds it.
+    """
+    if fcntl is None:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise PairBusy(f"{path} is being written by another check; wait for that check to end, or leave out "
+                       f"--lf / --msprobe-result-csv to write a new pair") from None
+
+
+def identity(fd: int) -> tuple:
+    """(device, inode, size) of an open file."""
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino, st.st_size
+
+
+def unchanged(path: str, ident: Any) -> bool:
+    """Whether ``path`` is still the file of ``ident`` (:func:`identity`), with nothing written since."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino, st.st_size) == tuple(ident)
+
+
+class held:
+    """``with held(path):`` the pair's lock on the result file as it is now (for a rewrite before writing)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fh: Any = None
+
+    def __enter__(self) -> held:
+        if os.path.exists(self.path):
+            self.fh = open(self.path, "rb")     # noqa: SIM115 - closed on exit
+            try:
+                lock(self.fh.fileno(), self.path)
+            except OSError:
+                self.fh.close()
+                raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fh is not None:
+            self.fh.close()
+
+
+def sort_written(writer: Any, result: str, details: str, order: dict) -> bool:
+    """Put a parallel run's rows back in dump order (``acc_csv.sort_apis``), only where both files are still
+    the ones ``writer`` wrote, unchanged since; returns whether it did."""
+    ids = writer.identities()
+    if not (unchanged(result, ids[0]) and unchanged(details, ids[1])):
+        return False
+    from .acc_csv import sort_apis
+    sort_apis(result, details, order)
+    return True
