@@ -1,6 +1,7 @@
 """Resume state of the checker, in pytest's cache under its own keys.
 
-``msprobe/run``: the CSV pair of the last run on a set of dumps (``--lf`` continues it). ``msprobe/lastfailed``:
+``msprobe/run/<digest of the dumps' real paths>``: the CSV pair of the last run on that set of dumps (``--lf``
+continues it, whatever other dumps were checked since). ``msprobe/lastfailed``:
 the node ids of failing API items, kept as pytest keeps ``cache/lastfailed`` (read at the start, a failure
 adds, a pass or a skip removes, written at the session end); in addition a fresh run writes it at once without
 its dumps' entries, so that a run killed before its end leaves a record that fits its new CSV (the CSV then
@@ -8,17 +9,24 @@ says what finished). pytest's own file is never rewritten.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
 from .report import acc_csv, pairs
 
-RUN_KEY = "msprobe/run"
+RUN_KEY = "msprobe/run"                 # + "/<digest>": one record per set of dumps
 LASTFAILED_KEY = "msprobe/lastfailed"
 
 
 def dump_key(paths: list) -> list:
     return sorted(os.path.realpath(p) for p in paths)
+
+
+def run_key(paths: list) -> str:
+    """The cache key of the last run on these dumps."""
+    digest = hashlib.sha256("\0".join(dump_key(paths)).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{RUN_KEY}/{digest}"
 
 
 def _node_prefixes(config: Any, dump_files: list) -> set:
@@ -53,7 +61,7 @@ class ResumePlan:
         """
         lf = bool(getattr(config.option, "lf", False))
         cache = getattr(config, "cache", None)
-        state = cache.get(RUN_KEY, None) if cache is not None else None
+        state = cache.get(run_key(dump_files), None) if cache is not None else None
         if settings.result_csv:
             result = settings.result_csv
             details = acc_csv.details_path_for(result)
@@ -72,8 +80,9 @@ class ResumePlan:
             resumed = False
         lastfailed = None
         if cache is not None:
-            cache.set(RUN_KEY, {"result_csv": os.path.abspath(result), "details_csv": os.path.abspath(details),
-                                "timestamp": ts, "dumps": dump_key(dump_files), "seed": settings.seed})
+            cache.set(run_key(dump_files), {"result_csv": os.path.abspath(result),
+                                            "details_csv": os.path.abspath(details), "timestamp": ts,
+                                            "dumps": dump_key(dump_files), "seed": settings.seed})
             lastfailed = read_lastfailed(config)
             if not lf and not settings.result_csv:       # a fresh run replaces the last one on these dumps
                 prefixes = _node_prefixes(config, dump_files)

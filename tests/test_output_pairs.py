@@ -73,3 +73,38 @@ def test_two_parallel_checks_into_one_folder_keep_every_row(tmp_path) -> None:
         named = [t for t in texts if result in t]
         assert len(named) == 1, "each check names its own pair"
 
+
+PERTURB = '''
+from pytest_msprobe.devices import CpuBackend
+
+
+class Perturbed(CpuBackend):
+    name = "perturbed"
+
+    def call(self, func, args, kwargs):
+        out = func(*args, **kwargs)
+        return out * 1.05 if getattr(func, "__name__", "") == "gelu" else out
+
+
+def pytest_msprobe_register_devices(registry):
+    registry.register(Perturbed())
+'''
+
+
+def test_lf_continues_its_own_pair_after_another_dump_was_checked(pytester: pytest.Pytester) -> None:
+    import torch  # noqa: F401 - before an in-process run: torch cannot be imported twice
+    pytester.makeconftest(PERTURB)
+    for name in ("one", "two"):
+        shutil.copytree(STATS_STEP, pytester.path / name)
+    args = ("--msprobe-device-type=perturbed", "--msprobe-out=out", "-p", "no:randomly")
+    first = pytester.runpytest_inprocess("--msprobe-api-info=one", *args)
+    assert first.ret == pytest.ExitCode.TESTS_FAILED, first.stdout.str()[-2000:]
+    (pair,) = glob.glob(str(pytester.path / "out" / "accuracy_checking_result_*.csv"))
+    pytester.runpytest_inprocess("--msprobe-api-info=two", *args)      # another dump in between
+    again = pytester.runpytest_inprocess("--msprobe-api-info=one", "--lf", *args)
+    text = again.stdout.str()
+    assert f"msprobe: writing {pair} (resumed" in text, text[-2000:]
+    assert len(glob.glob(str(pytester.path / "out" / "accuracy_checking_result_*.csv"))) == 2
+    data = json.loads((STATS_STEP / "dump.json").read_text())["data"]
+    apis = sorted({k.rsplit(".", 1)[0] for k in data if not k.startswith("Module")})
+    assert sorted(r.name for r in acc_csv.read_result_csv(pair)) == apis
