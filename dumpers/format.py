@@ -97,8 +97,6 @@ def parse_entry_key(key: str) -> EntryName:
     """
     if not isinstance(key, str) or not key:
         raise NameError_(f"entry key must be a non-empty string, got {key!r}")
-    if not key.isprintable() or any(ch.isspace() for ch in key):
-        raise NameError_(f"entry key {key!r} holds whitespace or control characters; no call is named so")
     parts = key.split(".")
     prefix = parts[0]
     if prefix in MODULE_PREFIXES:
