@@ -114,8 +114,7 @@ def pytest_configure(config: Any) -> None:
             from .report.acc_csv import failing_apis
             baseline = _usage("--msprobe-baseline", lambda: failing_apis(settings.baseline, fail_on=settings.fail_on))
         if not config.option.collectonly:
-            plan = _usage("pytest-msprobe: cannot continue the result CSV",
-                          lambda: ResumePlan.decide(config, settings, files))
+            plan = _usage("pytest-msprobe", lambda: ResumePlan.decide(config, settings, files))
         done, timestamp = (plan.done, plan.timestamp) if plan else (set(), "")
         lastfailed = plan.lastfailed if plan else read_lastfailed(config)
     sess.begin(timestamp)

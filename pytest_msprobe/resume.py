@@ -29,6 +29,14 @@ def run_key(paths: list) -> str:
     return f"{RUN_KEY}/{digest}"
 
 
+def _finished(result: str, **kwargs: Any) -> set:
+    """The finished APIs of a result CSV being continued (errors name it)."""
+    try:
+        return acc_csv.finished_apis(result, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot continue the result CSV {result}: {exc}") from None
+
+
 def _node_prefixes(config: Any, dump_files: list) -> set:
     """The node-id path parts (relative to the root dir) of the dump files."""
     prefixes = set()
@@ -66,13 +74,13 @@ class ResumePlan:
             result = settings.result_csv
             details = acc_csv.details_path_for(result)
             ts = acc_csv.timestamp_of(result) or acc_csv.new_timestamp()
-            done = acc_csv.finished_apis(result, include_failing=not lf, fail_on=settings.fail_on)
+            done = _finished(result, include_failing=not lf, fail_on=settings.fail_on)
             resumed = True
         elif (lf and isinstance(state, dict) and state.get("dumps") == dump_key(dump_files)
               and os.path.exists(str(state.get("result_csv")))):
             result, details = state["result_csv"], state["details_csv"]
             ts = state.get("timestamp") or acc_csv.timestamp_of(result) or acc_csv.new_timestamp()
-            done = acc_csv.finished_apis(result, include_failing=False, fail_on=settings.fail_on)
+            done = _finished(result, include_failing=False, fail_on=settings.fail_on)
             resumed = True
         else:
             ts, result, details = pairs.claim_pair(settings.out_dir)   # created here: no other run takes it

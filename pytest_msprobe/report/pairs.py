@@ -9,6 +9,7 @@ its end-of-run rewrite (rows back in dump order after ``-n``) replaces only the 
 from __future__ import annotations
 
 import datetime
+import errno
 import os
 from typing import Any
 
@@ -22,6 +23,41 @@ MAX_TRIES = 3600            # one free name within the next hour of one-second s
 
 class PairBusy(OSError):
     """Another check is writing this CSV pair."""
+
+
+_ADVICE = {
+    errno.ENOSPC: "free space on its disk or give another --msprobe-out, then run the same command with --lf to "
+                  "finish the pair",
+    errno.EFBIG: "the file-size limit (ulimit -f) is reached; raise it or give another --msprobe-out, then run "
+                 "the same command with --lf to finish the pair",
+    errno.EACCES: "give a folder you can write with --msprobe-out",
+    errno.EPERM: "give a folder you can write with --msprobe-out",
+    errno.EROFS: "the file system is read-only; give a writable folder with --msprobe-out",
+    errno.ENOTDIR: "a part of the path is a file; give a folder with --msprobe-out",
+}
+_ADVICE[getattr(errno, "EDQUOT", errno.ENOSPC)] = _ADVICE[errno.ENOSPC]
+
+
+class CsvWriteError(OSError):
+    """A result or details CSV that cannot be written: one line naming the file and what to do."""
+
+    def __init__(self, path: str, exc: OSError) -> None:
+        reason = exc.strerror or str(exc)
+        advice = _ADVICE.get(exc.errno or 0, "check the disk and the folder, then run the same command with --lf "
+                                              "to finish the pair")
+        path = os.path.abspath(path)
+        super().__init__(exc.errno, f"cannot write {path}: {reason}; {advice}")
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def stop_run(exc: OSError) -> Any:
+    """End the pytest run with one line for a CSV that cannot be written (``pytest.exit``: the session still
+    finishes, and the rows written so far stay whole)."""
+    import pytest
+    pytest.exit(f"pytest-msprobe: {exc}", returncode=pytest.ExitCode.INTERRUPTED)
 
 
 def next_second(ts: str) -> str:
@@ -47,14 +83,20 @@ def claim_pair(out_dir: str, ts: str | None = None) -> tuple:
         OSError: the folder cannot be created or written.
     """
     from .acc_csv import FILE_MODE, csv_paths, make_dirs, new_timestamp
-    make_dirs(out_dir)
+    try:
+        make_dirs(out_dir)
+    except OSError as exc:
+        raise CsvWriteError(out_dir, exc) from None
     ts = ts or new_timestamp()
     for _ in range(MAX_TRIES):
         result, details = csv_paths(out_dir, ts)
-        if _create(result, FILE_MODE):
-            if _create(details, FILE_MODE):
-                return ts, result, details
-            os.unlink(result)           # a details file without its result file: leave that name alone
+        try:
+            if _create(result, FILE_MODE):
+                if _create(details, FILE_MODE):
+                    return ts, result, details
+                os.unlink(result)       # a details file without its result file: leave that name alone
+        except OSError as exc:
+            raise CsvWriteError(result, exc) from None
         ts = next_second(ts)
     raise FileExistsError(f"no free name for a result CSV in {out_dir} within {MAX_TRIES} seconds of stamps; "
                           f"give another --msprobe-out")
