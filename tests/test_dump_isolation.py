@@ -109,3 +109,25 @@ def test_the_space_form_of_a_dump_below_the_working_directory_still_runs(pyteste
     assert res.ret in (0, 1), res.stdout.str()[-3000:]
     assert not [m for m in marks if m.exists()]
     assert sorted(result_rows(pytester.path / "out")) == api_names()
+
+
+@pytest.mark.parametrize("form", ["space", "equals"])
+def test_an_existing_output_folder_outside_the_working_directory(pytester: pytest.Pytester, tmp_path_factory,
+                                                                 form: str) -> None:
+    """``--msprobe-out DIR`` with DIR elsewhere: pytest would root the run (rootdir, cache, so ``--lf``'s record)
+    at the common ancestor once DIR exists; the run stops with the fix. Written with ``=`` it runs, rooted where
+    pytest runs."""
+    shutil.copytree(STATS_STEP, pytester.path / "dump")
+    out = tmp_path_factory.mktemp("elsewhere") / "out"
+    out.mkdir()
+    args = ["--msprobe-out", str(out)] if form == "space" else [f"--msprobe-out={out}"]
+    res = pytester.runpytest_inprocess("--msprobe-api-info=dump", *args, "-p", "no:randomly")
+    text = res.stdout.str() + res.stderr.str()
+    if form == "space":
+        assert res.ret == pytest.ExitCode.USAGE_ERROR, text[-3000:]
+        assert f"--msprobe-out={out}" in text and "rootdir" in text, text[-3000:]
+        assert not list(out.iterdir())
+    else:
+        assert res.ret in (0, 1), text[-3000:]
+        assert f"rootdir: {pytester.path}" in text
+        assert sorted(result_rows(out)) == api_names()
