@@ -43,3 +43,18 @@ def test_every_header_in_one_language_and_tables_scroll(data_dir, tmp_path) -> N
     headers = re.findall(r"<th[^>]*>(.*?)</th>", html)
     assert headers and not [h for h in headers if re.search(r"[\u4e00-\u9fff]", h)], headers
     assert html.count('<div class="scroll"><table') >= 2 and "overflow-x: auto" in html
+
+
+def test_the_chart_plots_the_metric_that_decided_each_status(data_dir) -> None:
+    from pytest_msprobe.precision.compare import V_COS_ERR, V_HUNDRED_ERR
+    from pytest_msprobe.report.html import read_csv_rows
+    from pytest_msprobe.report.html_chart import api_bar, deciding_metric
+    (details,) = (data_dir / RUN).glob("accuracy_checking_details_*.csv")
+    rows = read_csv_rows(str(details))
+    assert all(deciding_metric(r) is not None for r in rows if r["Status"].strip().lower() != "skip")
+    # an output failing the double-hundred ratio, its max abs error blank (msprobe's rule): its bar is that ratio
+    failing = dict(rows[0], Status="error", Message=V_HUNDRED_ERR, **{"双百指标": "0.75", "最大绝对误差": " "})
+    assert api_bar([rows[0], failing]) == ("hundred_ratio", 0.25)
+    cos = dict(rows[0], Status="error", Message=V_COS_ERR, **{"余弦相似度": "0.9"})
+    field, value = api_bar([failing, cos])
+    assert field in ("hundred_ratio", "cosine") and value == max(0.25, 1 - 0.9)

@@ -7,9 +7,7 @@ CSVs or the dump is escaped by Jinja2's autoescaping.
 """
 from __future__ import annotations
 
-import base64
 import csv
-import io
 import json
 import math
 import os
@@ -166,39 +164,9 @@ def build_views(result_rows, details_rows, stacks, compare=None, construct=None)
 
 
 def _plot_png(views: List[ApiView]) -> Optional[str]:
-    """Bar charts of per-API worst cosine and max abs error, as a base64 PNG data URI."""
-    pts = [v for v in views if v.cosine is not None or v.max_abs is not None]
-    if not pts:
-        return None
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pts = pts[:60]
-    colors = STATUS_COLOURS
-    fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.25 * len(pts) + 3), 7), sharex=True)
-    x = range(len(pts))
-    c = [colors.get(v.status, "#1f77b4") for v in pts]
-    axes[0].bar(x, [max(1 - (v.cosine if v.cosine is not None else 1.0), 1e-16) for v in pts], color=c)
-    axes[0].axhline(0.01, color="k", ls="--", lw=1, label="cosine 0.99 threshold")
-    axes[0].set_ylabel("1 - cosine")
-    axes[0].set_yscale("log")
-    axes[0].set_ylim(1e-16, 1.0)
-    axes[0].legend(loc="upper right")
-    axes[1].bar(x, [max(v.max_abs or 0.0, 1e-12) for v in pts], color=c)
-    axes[1].axhline(0.001, color="k", ls="--", lw=1, label="max abs err 0.001")
-    axes[1].set_ylabel("max abs error")
-    axes[1].set_yscale("log")
-    axes[1].set_ylim(1e-12, max([1.0] + [v.max_abs or 0.0 for v in pts]) * 2)
-    axes[1].legend(loc="upper right")
-    axes[1].set_xticks(list(x))
-    axes[1].set_xticklabels([v.name for v in pts], rotation=90, fontsize=7)
-    fig.suptitle("Per-API error (worst output); red = error, orange = warning, green = pass")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    """The chart of the metric that decided each API's status (:mod:`.html_chart`)."""
+    from .html_chart import plot_png
+    return plot_png(views, STATUS_COLOURS)
 
 
 def render_report(result_csv: str, details_csv: Optional[str] = None, out_path: Optional[str] = None, *,
