@@ -17,7 +17,8 @@ import pytest
 from . import resume, wire
 from .precision.verdict import FAITHFUL, is_unfaithful
 from .report import acc_csv
-from .report.pairs import held, sort_written, stop_run
+from .report.claim import sort_written
+from .report.pairs import held, stop_run
 from .report.standard_detect import mark_data_mode
 
 NAME = "msprobe-controller"

@@ -13,7 +13,7 @@ import hashlib
 import os
 from typing import Any
 
-from .report import acc_csv, pairs
+from .report import acc_csv, claim
 
 RUN_KEY = "msprobe/run"                 # + "/<digest>": one record per set of dumps
 LASTFAILED_KEY = "msprobe/lastfailed"
@@ -83,7 +83,7 @@ class ResumePlan:
             done = _finished(result, include_failing=False, fail_on=settings.fail_on)
             resumed = True
         else:
-            ts, result, details = pairs.claim_pair(settings.out_dir)   # created here: no other run takes it
+            ts, result, details = claim.claim_pair(settings.out_dir)   # created here: no other run takes it
             done = set()
             resumed = False
         lastfailed = None

@@ -1,7 +1,7 @@
 """Which result/details CSV pair a check writes, so that two checks never share or replace one.
 
-A new pair is claimed by creating both files exclusively (``O_EXCL``): of two checks started in the same
-second into one ``--msprobe-out``, one gets ``..._{ts}.csv`` and the other the next free second, and neither
+A new pair is claimed (:mod:`.claim`) by creating both files exclusively (``O_EXCL``): of two checks started
+in the same second into one ``--msprobe-out``, one gets ``..._{ts}.csv`` and the other the next free second, and neither
 writes into the other's files. While a check writes its pair it holds an exclusive advisory lock on the result
 file (a second check continuing the same pair, ``--lf`` or ``--msprobe-result-csv``, stops with one line), and
 its end-of-run rewrite (rows back in dump order after ``-n``) replaces only the file it wrote, unchanged since.
@@ -66,40 +66,13 @@ def next_second(ts: str) -> str:
     return t.strftime("%Y%m%d%H%M%S")
 
 
-def _create(path: str, mode: int) -> bool:
+def create_exclusive(path: str, mode: int) -> bool:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except FileExistsError:
         return False
     os.close(fd)
     return True
-
-
-def claim_pair(out_dir: str, ts: str | None = None) -> tuple:
-    """(timestamp, result path, details path) of a new pair in ``out_dir``, both files created here, empty
-    (the writer gives them their BOM and header); the first free second from ``ts`` (default: now).
-
-    Raises:
-        OSError: the folder cannot be created or written.
-    """
-    from .acc_csv import FILE_MODE, csv_paths, make_dirs, new_timestamp
-    try:
-        make_dirs(out_dir)
-    except OSError as exc:
-        raise CsvWriteError(out_dir, exc) from None
-    ts = ts or new_timestamp()
-    for _ in range(MAX_TRIES):
-        result, details = csv_paths(out_dir, ts)
-        try:
-            if _create(result, FILE_MODE):
-                if _create(details, FILE_MODE):
-                    return ts, result, details
-                os.unlink(result)       # a details file without its result file: leave that name alone
-        except OSError as exc:
-            raise CsvWriteError(result, exc) from None
-        ts = next_second(ts)
-    raise FileExistsError(f"no free name for a result CSV in {out_dir} within {MAX_TRIES} seconds of stamps; "
-                          f"give another --msprobe-out")
 
 
 def lock(fd: int, path: str) -> None:
@@ -152,14 +125,3 @@ class held:
     def __exit__(self, *exc: object) -> None:
         if self.fh is not None:
             self.fh.close()
-
-
-def sort_written(writer: Any, result: str, details: str, order: dict) -> bool:
-    """Put a parallel run's rows back in dump order (``acc_csv.sort_apis``), only where both files are still
-    the ones ``writer`` wrote, unchanged since; returns whether it did."""
-    ids = writer.identities()
-    if not (unchanged(result, ids[0]) and unchanged(details, ids[1])):
-        return False
-    from .acc_csv import sort_apis
-    sort_apis(result, details, order)
-    return True
