@@ -35,7 +35,7 @@ DEFAULT_CONFIG: dict = {"task": "statistics", "dump_path": "./dump_path", "rank"
 TOP_LEVEL_KEYS = (*keys.TOP_LEVEL, *keys.SECTIONS)
 DUMP_SECTION_KEYS = {task: tuple(keys.SECTIONS[task]) for task in keys.DUMP_TASKS}
 RANGE_MAX = 1_000_000
-PATH_PATTERN = re.compile(r"^[a-zA-Z0-9_./-]+$")
+PATH_PATTERN = re.compile(r"^[a-zA-Z0-9_./-]+\Z")
 PATH_MAX = 4096
 NAME_MAX = 255
 

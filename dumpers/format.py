@@ -95,7 +95,7 @@ class NameError_(ValueError):
     """An entry key that does not follow the naming grammar."""
 
 
-_INT = re.compile(r"^(0|[1-9][0-9]*)$")
+_INT = re.compile(r"(0|[1-9][0-9]*)\Z")      # the whole part: "$" would also match before a "\n"
 
 
 def parse_entry_key(key: str) -> EntryName:

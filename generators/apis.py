@@ -46,7 +46,7 @@ lshift rlshift ilshift rshift rrshift irshift eq ne lt le gt ge neg pos abs inve
 float int len"""
 OPERATOR_DUNDERS = frozenset(f"__{name}__" for name in _OPERATORS.split())
 
-_NAME_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 class UnknownApiError(LookupError):

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from .isolation import RunHooks
 from .precision.verdict import FAILED, SKIPPED, is_failing, item_outcome
 from .replay import CaseResult, data_mode, describe, seed_note, skip_result
 from .wire import ItemPayload
@@ -42,15 +43,14 @@ def node_path(rootpath: Any, path: str) -> str:
     return (rel or real).replace(os.sep, "/")
 
 
-class DumpFile(pytest.File):
-    """A dump.json: one item per API call, in dump order."""
+class DumpFile(RunHooks, pytest.Collector):
+    """A dump.json: one item per API call, in dump order. Not a ``pytest.File``: pytest never collected it
+    from a path, so its ``--lf`` file filters leave it to the checker's own (:mod:`.select`)."""
 
     @classmethod
-    def for_path(cls, parent: Any, path: Any, nodeid: str | None) -> DumpFile:
-        """The collector of ``path``, under ``nodeid`` when the controller named it (else pytest's own)."""
-        if nodeid is not None:
-            return cls.from_parent(parent, path=path, nodeid=nodeid)
-        return cls.from_parent(parent, path=path)
+    def for_path(cls, parent: Any, path: Any, nodeid: str) -> DumpFile:
+        """The collector of ``path`` under ``nodeid`` (:func:`node_path`, or the controller's name for it)."""
+        return cls.from_parent(parent, name=os.path.basename(str(path)), path=path, nodeid=nodeid)
 
     def collect(self) -> Any:
         sess = self.config.stash[SESSION_KEY]
@@ -67,7 +67,7 @@ class DumpFile(pytest.File):
             freeze_if_many(len(cases), self.config)
 
 
-class ApiItem(pytest.Item):
+class ApiItem(RunHooks, pytest.Item):
     """One captured API call: run on the bench and the device, judged by the precision standard."""
 
     def __init__(self, *, case: Any, index: int | None = None, skip_reason: str | None = None,

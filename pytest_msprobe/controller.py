@@ -17,6 +17,8 @@ import pytest
 from . import resume
 from .precision.verdict import FAITHFUL, is_unfaithful
 from .report import acc_csv
+from .report.claim import sort_written
+from .report.pairs import held, stop_run
 from .report.standard_detect import mark_data_mode
 from .wire import ItemPayload, crash_reason
 
@@ -46,6 +48,7 @@ class Controller:
         self.unwritten = list(unwritten or ())    # --lf: APIs the CSV being continued lacks
         self.lastfailed = dict(plan.lastfailed) if plan.lastfailed is not None else None
         self.writer: Any = None
+        self.io_error: OSError | None = None  # a CSV that could not be written: the run stopped, said once
         self.written: set = set()
         self.forward: Counter = Counter()
         self.backward: Counter = Counter()
@@ -77,14 +80,19 @@ class Controller:
         about to run again, plus duplicates and details rows without a result row, so that the finished pair
         holds every API exactly once. ``selected``: API names of the items that will run (None: unknown,
         then every API not in ``plan.done``)."""
-        if self.writer is not None:
+        if self.writer is not None or self.io_error is not None:
             return
         plan = self.plan
-        if plan.resumed:
-            existing = acc_csv.finished_apis(plan.result_csv, include_failing=True)
-            keep = existing - selected if selected is not None else existing & plan.done
-            acc_csv.keep_apis(plan.result_csv, plan.details_csv, keep)
-        self.writer = acc_csv.AccCsvWriter(plan.result_csv, plan.details_csv, precision=self.settings.precision)
+        try:
+            if plan.resumed:
+                existing = acc_csv.finished_apis(plan.result_csv, include_failing=True)
+                keep = existing - selected if selected is not None else existing & plan.done
+                with held(plan.result_csv):         # no other check is writing the pair being rewritten
+                    acc_csv.keep_apis(plan.result_csv, plan.details_csv, keep)
+            self.writer = acc_csv.AccCsvWriter(plan.result_csv, plan.details_csv, precision=self.settings.precision)
+        except OSError as exc:
+            self.io_error = exc
+            stop_run(exc)
 
     def is_api_nodeid(self, nodeid: str) -> bool:
         """A node id of one of our dump files (``<dump path>::<call name>``)."""
@@ -101,9 +109,14 @@ class Controller:
         """Close the pair; after a parallel run, put this run's rows back in dump order."""
         if self.writer is None:
             self.prepare(set())
-        self.writer.close()
-        if self.order and len(self.written) > 1:
-            acc_csv.sort_apis(self.plan.result_csv, self.plan.details_csv, self.order)
+        if self.writer is None:                     # the pair could not be opened (said when it happened)
+            return
+        try:
+            if self.order and len(self.written) > 1 and self.writer.failed is None:
+                sort_written(self.writer, self.plan.result_csv, self.plan.details_csv, self.order)
+            self.writer.close()                     # sorted while this run holds the pair, if still its own
+        except OSError:
+            pass                                    # the rows written so far stay as they are, whole
 
     # --- hooks: set-up and collection -----------------------------------------------------------------------
     def pytest_report_header(self, config: Any) -> list:
@@ -208,8 +221,16 @@ class Controller:
         self.written.add(data.name)
         if self.writer is None:
             self.prepare(None)
-        self.writer.write_rows(data.result, data.rows, mark_data_mode(data.mode or "", self.settings.standard),
-                               data.fidelity)
+        if self.writer is None:
+            return
+        try:
+            self.writer.write_rows(data.result, data.rows, mark_data_mode(data.mode or "", self.settings.standard),
+                                   data.fidelity)
+        except OSError as exc:
+            if self.io_error is None:
+                self.io_error = exc
+                stop_run(exc)
+            return
         for row_name, text in zip(data.names, data.fidelity):
             if text:
                 self.fidelity[text.split(":")[0].split(" ")[0]] += 1
@@ -228,12 +249,16 @@ class Controller:
     def pytest_sessionfinish(self, session: Any, exitstatus: Any) -> None:
         if self.writer is None:
             self.prepare(set())
-        self.writer.sync()
+        try:
+            if self.writer is not None:
+                self.writer.sync()
+        except OSError as exc:
+            self.io_error = self.io_error or exc
         if self.lastfailed is not None:
             resume.write_lastfailed(self.config, self.lastfailed)
         ended = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
-        if exitstatus in ended and not (self.hosts is not None and self.hosts.lost):
-            resume.mark_finished(self.config)
+        if exitstatus in ended and self.io_error is None and not (self.hosts is not None and self.hosts.lost):
+            resume.mark_finished(self.config, sorted(self.dump_files))
         gpu_csv = self.settings.gpu_csv
         if gpu_csv and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             session.exitstatus = self._compare_against_gpu(gpu_csv)
@@ -294,6 +319,8 @@ class Controller:
                 lines.append(f"  {row}: {reason}")
             if len(self.worst) > 10:
                 lines.append(f"  ... {len(self.worst) - 10} more in the result CSV")
+        if self.io_error is not None:
+            lines.append(f"stopped: {self.io_error}")
         lines.append(f"result CSV:  {self.plan.result_csv}")
         lines.append(f"details CSV: {self.plan.details_csv}")
         lines.extend(self.apc_summary)

@@ -23,6 +23,13 @@ def pytest_addoption(parser: Any) -> None:
     add_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: Any, parser: Any, args: list) -> None:
+    """Before any conftest: a path option written as two arguments may have rooted the run in a dump."""
+    from .isolation import check_option_form
+    check_option_form(early_config)
+
+
 def pytest_configure(config: Any) -> None:
     if getattr(config.option, "msprobe_compare", None):
         from .runs_compare.pytest_items import configure as configure_compare
@@ -54,11 +61,6 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Any:
         wire.attach(outcome.get_result(), item.payload)
 
 
-def pytest_collect_file(file_path: Any, parent: Any) -> Any:
-    if parent.config.stash.get(SESSION_KEY, None) is not None:
-        from .run import dump_file
-        return dump_file(parent, file_path)
-    return None
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,6 +1,7 @@
 """Resume state of the checker, in pytest's cache under its own keys.
 
-``msprobe/run``: the CSV pair of the last run on a set of dumps (``--lf`` continues it). ``msprobe/lastfailed``:
+``msprobe/run/<digest of the dumps' real paths>``: the CSV pair of the last run on that set of dumps (``--lf``
+continues it, whatever other dumps were checked since). ``msprobe/lastfailed``:
 the node ids of failing API items, kept as pytest keeps ``cache/lastfailed`` (read at the start, a failure
 adds, a pass or a skip removes, written at the session end); in addition a fresh run writes it at once without
 its dumps' entries, so that a run killed before its end leaves a record that fits its new CSV (the CSV then
@@ -8,13 +9,13 @@ says what finished). pytest's own file is never rewritten.
 """
 from __future__ import annotations
 
-import datetime
+import hashlib
 import os
 from typing import Any
 
-from .report import acc_csv
+from .report import acc_csv, claim
 
-RUN_KEY = "msprobe/run"
+RUN_KEY = "msprobe/run"                 # + "/<digest>": one record per set of dumps
 LASTFAILED_KEY = "msprobe/lastfailed"
 
 
@@ -22,10 +23,18 @@ def dump_key(paths: list) -> list:
     return sorted(os.path.realpath(p) for p in paths)
 
 
-def _next_second(ts: str) -> str:
-    """``YYYYmmddHHMMSS`` one second later (file names keep msprobe's pattern)."""
-    t = datetime.datetime.strptime(ts, "%Y%m%d%H%M%S") + datetime.timedelta(seconds=1)
-    return t.strftime("%Y%m%d%H%M%S")
+def run_key(paths: list) -> str:
+    """The cache key of the last run on these dumps."""
+    digest = hashlib.sha256("\0".join(dump_key(paths)).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{RUN_KEY}/{digest}"
+
+
+def _finished(result: str, **kwargs: Any) -> set:
+    """The finished APIs of a result CSV being continued (errors name it)."""
+    try:
+        return acc_csv.finished_apis(result, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot continue the result CSV {result}: {exc}") from None
 
 
 def _node_prefixes(config: Any, dump_files: list) -> set:
@@ -67,34 +76,31 @@ class ResumePlan:
         lf = bool(getattr(config.option, "lf", False))
         written = None
         cache = getattr(config, "cache", None)
-        state = cache.get(RUN_KEY, None) if cache is not None else None
+        state = cache.get(run_key(dump_files), None) if cache is not None else None
         if settings.result_csv:
             result = settings.result_csv
             details = acc_csv.details_path_for(result)
             ts = acc_csv.timestamp_of(result) or acc_csv.new_timestamp()
-            done = acc_csv.finished_apis(result, include_failing=not lf, fail_on=settings.fail_on)
+            done = _finished(result, include_failing=not lf, fail_on=settings.fail_on)
             resumed = True
         elif (lf and isinstance(state, dict) and state.get("dumps") == dump_key(dump_files)
               and os.path.exists(str(state.get("result_csv")))):
             result, details = state["result_csv"], state["details_csv"]
             ts = state.get("timestamp") or acc_csv.timestamp_of(result) or acc_csv.new_timestamp()
-            done = acc_csv.finished_apis(result, include_failing=False, fail_on=settings.fail_on)
+            done = _finished(result, include_failing=False, fail_on=settings.fail_on)
             if state.get("unfinished"):        # the run stopped before it checked every call it selected
-                written = acc_csv.finished_apis(result, include_failing=True)
+                written = _finished(result, include_failing=True)
             resumed = True
         else:
-            ts = acc_csv.new_timestamp()
-            result, details = acc_csv.csv_paths(settings.out_dir, ts)
-            while os.path.exists(result) or os.path.exists(details):   # two runs within one second
-                ts = _next_second(ts)
-                result, details = acc_csv.csv_paths(settings.out_dir, ts)
+            ts, result, details = claim.claim_pair(settings.out_dir)   # created here: no other run takes it
             done = set()
             resumed = False
         lastfailed = None
         if cache is not None:
-            cache.set(RUN_KEY, {"result_csv": os.path.abspath(result), "details_csv": os.path.abspath(details),
-                                "timestamp": ts, "dumps": dump_key(dump_files), "seed": settings.seed,
-                                "unfinished": True})
+            cache.set(run_key(dump_files), {"result_csv": os.path.abspath(result),
+                                            "details_csv": os.path.abspath(details), "timestamp": ts,
+                                            "dumps": dump_key(dump_files), "seed": settings.seed,
+                                            "unfinished": True})
             lastfailed = read_lastfailed(config)
             if not lf and not settings.result_csv:       # a fresh run replaces the last one on these dumps
                 prefixes = _node_prefixes(config, dump_files)
@@ -104,13 +110,14 @@ class ResumePlan:
         return cls(os.path.abspath(result), os.path.abspath(details), ts, done, resumed, lastfailed, written)
 
 
-def mark_finished(config: Any) -> None:
+def mark_finished(config: Any, dump_files: list) -> None:
     """The run checked every call it selected: a later ``--lf`` repeats its failures only (until then the
     record says ``unfinished``, and ``--lf`` also runs the calls missing from its CSV)."""
     cache = getattr(config, "cache", None)
-    state = cache.get(RUN_KEY, None) if cache is not None else None
+    key = run_key(dump_files)
+    state = cache.get(key, None) if cache is not None else None
     if isinstance(state, dict) and state.get("unfinished"):
-        cache.set(RUN_KEY, {**state, "unfinished": False})
+        cache.set(key, {**state, "unfinished": False})
 
 
 def read_lastfailed(config: Any) -> dict:

@@ -74,7 +74,7 @@ def configure(config: Any) -> None:
             from .report.acc_csv import failing_apis
             baseline = usage("--msprobe-baseline", lambda: failing_apis(settings.baseline, fail_on=settings.fail_on))
         if not config.option.collectonly and not worker:
-            plan = usage("pytest-msprobe: cannot continue the result CSV",
+            plan = usage("pytest-msprobe",
                          lambda: ResumePlan.decide(config, settings, files))
         done, timestamp = (plan.done, plan.timestamp) if plan else (set(), "")
         unwritten = plan.unwritten(c.name for f in files for c in sess.cases_of(f)) if plan else []
@@ -112,12 +112,20 @@ def _narrowed(config: Any, plan: Any) -> bool:
 
 
 def _set_args(config: Any, files: list) -> None:
-    """With no test paths on the command line, collect just the dumps; otherwise add them."""
+    """The dumps are never collection arguments (a conftest.py near one would be imported): with no test paths
+    on the command line nothing but the dumps is collected, and they are added to the session's collection."""
+    from .isolation import DumpCollection, collection_args
     explicit = getattr(config, "args_source", None) == pytest.Config.ArgsSource.ARGS
-    args = list(config.args) if explicit else []
-    have = {os.path.realpath(a.split("::")[0]) for a in args}
-    args += [f for f in files if os.path.realpath(f) not in have]
-    config.args = args
+    config.args = collection_args(list(config.args), explicit, files)
+    config.pluginmanager.register(DumpCollection(lambda session: _dump_collectors(session, files)),
+                                  "msprobe-dump-collection")
+
+
+def _dump_collectors(session: Any, files: list) -> list:
+    from .collect import DumpFile
+    sess = session.config.stash[SESSION_KEY]
+    return [DumpFile.for_path(session, Path(f), sess.node_ids.get(os.path.realpath(f))
+                              or node_path(session.config.rootpath, f)) for f in files]
 
 
 def unconfigure(config: Any) -> None:
@@ -140,28 +148,3 @@ def leave_out_idle_hypothesis(config: Any) -> None:
     plugin = config.pluginmanager.get_plugin("hypothesispytest")
     if plugin is not None:
         config.pluginmanager.unregister(plugin)
-
-
-def dump_file(parent: Any, file_path: Any) -> Any:
-    """The collector of ``file_path`` when it is one of this run's dumps, else None."""
-    from .collect import DumpFile
-    sess = parent.config.stash.get(SESSION_KEY, None)
-    real = os.path.realpath(file_path)
-    if sess is None or real not in sess.dump_files:
-        return None
-    nodeid = sess.node_ids.get(real)
-    if nodeid is None and not _under(file_path, parent.config.rootpath):
-        # pytest names a file outside the rootdir after the argument that holds it: a dump given by its own
-        # path gets an empty name ("::Tensor.add_.0"), which says nothing and no report can be traced back to
-        # its file. Such a dump is named by its real path, as the workers on other hosts name it.
-        nodeid = node_path(parent.config.rootpath, str(file_path))
-    return DumpFile.for_path(parent, file_path, nodeid)
-
-
-def _under(path: Any, root: Any) -> bool:
-    """Whether pytest names ``path`` relative to the rootdir (it lies below it, symlinks unresolved)."""
-    try:
-        Path(path).relative_to(root)
-    except ValueError:
-        return False
-    return True

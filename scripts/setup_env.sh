@@ -14,7 +14,11 @@ if ! "$VENV"/bin/python -c "import torch, pytest_msprobe, xdist, hypothesis, jin
   "$VENV"/bin/pip install -q "torch==2.13.0"
   "$VENV"/bin/pip install -q -e ".[mindspore,test]"
 fi
-# torchvision's import fails beside the CPU torch (tests/zoo.py works around it), so it is checked by name
-if ! "$VENV"/bin/pip show -q torchvision >/dev/null 2>&1; then
-  "$VENV"/bin/pip install -q -e ".[mindspore,test]"
+# the HTML report's browser test needs Chromium (the Debian package); best effort, as in CI
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" = "0" ] || SUDO="sudo"
+  ($SUDO apt-get install -y -q chromium >/dev/null 2>&1 \
+    || ($SUDO apt-get update -q >/dev/null 2>&1 && $SUDO apt-get install -y -q chromium >/dev/null 2>&1)) \
+    || echo "warning: could not install chromium; the HTML-report browser test will skip" >&2
 fi

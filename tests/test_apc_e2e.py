@@ -63,7 +63,7 @@ def test_checker_details_compare(pytester, data_dir, tmp_path):
     gpu_csv = only(pytester.path / "gpu", "accuracy_checking_details_*.csv")
 
     npu_run = pytester.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-out", "npu",
-                                 "--msprobe-device-type", "perturbed", "--msprobe-gpu-csv", str(gpu_csv),
+                                 "--msprobe-device-type", "perturbed", f"--msprobe-gpu-csv={gpu_csv}",
                                  "-p", "no:randomly")
     assert npu_run.ret != 0
     npu_run.stdout.fnmatch_lines(["*api_precision_compare*15 APIs, 1 error*", "*compare error: Functional.gelu.0*"])

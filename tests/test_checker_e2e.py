@@ -257,7 +257,7 @@ def test_timeout_is_an_error_and_the_run_goes_on(project, monkeypatch):
 def test_white_black_lists_skip_with_reason_and_every_entry_appears(project, tmp_path):
     cfg = project.path / "config.json"
     cfg.write_text('{"task": "acc_check", "acc_check": {"white_list": ["linear", "gelu"], "black_list": ["gelu"]}}')
-    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-config", str(cfg))
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", f"--msprobe-config={cfg}")
     res.assert_outcomes(passed=2, skipped=13)
     rows = result_rows(project.path)
     assert sorted(rows) == sorted(SAMPLE_APIS)
@@ -273,7 +273,7 @@ def test_result_csv_continues_msprobe_file(project, data_dir):
     lines = _read_text(target).split("\r\n")
     with open(target, "w", encoding="utf-8-sig", newline="") as fh:      # drop the last two APIs
         fh.write("\r\n".join(lines[:-3]) + "\r\n")
-    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-result-csv", str(target))
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", f"--msprobe-result-csv={target}")
     res.assert_outcomes(passed=2, deselected=13)
     assert [r.name for r in acc_csv.read_result_csv(str(target))] == SAMPLE_APIS
     det = list(csv.reader(io.StringIO(_read_text(acc_csv.details_path_for(str(target))))))
@@ -379,7 +379,7 @@ def test_dump_written_by_our_dumper(pytester):
         PrecisionDebugger.reset()
     dump = pytester.path / "ours" / "step0" / "rank" / "dump.json"
     names = {k.rsplit(".", 1)[0] for k in json.loads(dump.read_text())["data"]}
-    res = pytester.runpytest("--msprobe-api-info", str(dump))
+    res = pytester.runpytest(f"--msprobe-api-info={dump}")
     o = res.parseoutcomes()
     assert o.get("passed", 0) + o.get("failed", 0) + o.get("skipped", 0) == len(names), o
     assert "INTERNALERROR" not in res.stdout.str()

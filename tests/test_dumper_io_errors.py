@@ -251,6 +251,10 @@ def test_journal_write_error_is_reported_once_with_its_path(tmp_path, monkeypatc
 MS_SCRIPT = ROOT / "tests" / "data" / "ms_train_with_dump.py"
 
 
+def _largest_file(folder) -> int:
+    return max(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(folder) for f in files)
+
+
 def _ms_train(dump_path, task: str, limit: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(MS_SCRIPT), str(dump_path), task, limit],
                           env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300)
@@ -258,13 +262,20 @@ def _ms_train(dump_path, task: str, limit: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.mindspore
 def test_mindspore_file_size_limit_mid_run_switches_the_dump_off(tmp_path):
-    """MindSpore, statistics and tensor: step 0 fits under 12000 bytes a file, step 1's dump.json does not."""
+    """MindSpore, statistics and tensor: a file-size limit that step 0's files fit under and step 1's do not.
+
+    The limit is measured from a dump of the same run without one (stack.json holds paths, so the sizes depend
+    on where the checkout lies)."""
     pytest.importorskip("mindspore")
     normal = _ms_train("unused", "statistics", "off")
     assert normal.returncode == 0, normal.stderr
     for task in ("statistics", "tensor"):
+        probe = tmp_path / f"{task}_unlimited"
+        assert _ms_train(probe, task, "0").returncode == 0
+        step0, step1 = (_largest_file(probe / f"step{k}" / "rank") for k in (0, 1))
+        assert step0 < step1, (step0, step1)     # step 1 makes more updates than step 0
         dump = tmp_path / task
-        out = _ms_train(dump, task, "12000")
+        out = _ms_train(dump, task, str((step0 + step1) // 2))
         assert out.returncode == 0, out.stderr
         assert out.stdout.splitlines() == normal.stdout.splitlines()
         assert "Traceback" not in out.stderr

@@ -232,7 +232,7 @@ def test_two_hosts_give_the_one_host_csv(project, start_host, tmp_path):
     p = project
     dumps = p.path / "dumps"
     (p.path / "one").mkdir()
-    ref = p.runpytest("-p", "hostplant", "--msprobe-device-type", "recording", "--msprobe-api-info", str(dumps),
+    ref = p.runpytest("-p", "hostplant", "--msprobe-device-type", "recording", f"--msprobe-api-info={dumps}",
                       "--msprobe-out", "one")
     o = ref.parseoutcomes()
     ref_rows, ref_details = _pair(p.path / "one")

@@ -42,7 +42,7 @@ def test_report_lists_every_api_and_escapes(data_dir, tmp_path):
     assert 'data:image/png;base64,' in html
     # the error API sorts first in the table and its stack is absent (not in stack.json); linear has one
     assert html.index("alert(1)") < html.index("Functional.linear.0")
-    assert "Call stack (from stack.json)" in html
+    assert "Your code (from stack.json)" in html
     assert 'src="http' not in html and "<link" not in html   # self-contained: nothing fetched
 
 
@@ -116,7 +116,7 @@ def test_report_shows_replay_fidelity_and_filters_on_it(tmp_path):
     assert 'data-fidelity="unfaithful"' in html and 'data-fidelity="faithful"' in html
     assert 'data-fidelity="none"' in html                         # nothing recorded for add_
     assert "Functional.gelu.0.forward.output.0: differs: max abs diff 1.911e-02" in html
-    assert "<th>Replay Fidelity</th>" in html                     # the details tables carry the column
+    assert "<th>replay fidelity</th>" in html                     # the details tables carry the column
 
 
 def test_report_of_an_msprobe_csv_has_no_fidelity_column(data_dir, tmp_path):

@@ -1,6 +1,6 @@
-"""Models someone else wrote (transformers, torchvision): one training step dumped, then checked by pytest.
+"""Models someone else wrote (transformers): one training step dumped, then checked by pytest.
 
-For each model of :mod:`zoo` (Llama-style decoder, GPT-2, BERT, T5, ViT, torchvision ResNet), one step
+For each model of :mod:`zoo` (Llama-style decoder, GPT-2, BERT, T5, ViT, ResNet), one step
 (forward, loss, backward, AdamW) is dumped in statistics and in tensor mode. The step trains bit for bit as
 without the dumper; the names follow the wrap lists and msprobe's numbering; a real pytest session checks
 the dump (tensor files, and random data from the statistics) and reports every call exactly once, without

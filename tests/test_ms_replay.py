@@ -101,7 +101,7 @@ def _rows(pattern):
 
 
 def _check(pytester, dump, *extra):
-    result = pytester.runpytest_inprocess("--msprobe-api-info", str(dump), "-p", "no:cacheprovider", "-rs", *extra)
+    result = pytester.runpytest_inprocess(f"--msprobe-api-info={dump}", "-p", "no:cacheprovider", "-rs", *extra)
     results = {r[0]: r for r in _rows(str(pytester.path / "accuracy_checking_result_*.csv"))}
     details = {r[0]: r for r in _rows(str(pytester.path / "accuracy_checking_details_*.csv"))}
     return result, results, details

@@ -57,7 +57,7 @@ def _plant_gelu(dump_dir) -> None:
 def _run(pytester, dump, *args):
     out = pytester.mkdir(f"out{len(list(pytester.path.glob('out*')))}")
     run = pytester.runpytest_subprocess if "-n" in args else pytester.runpytest_inprocess
-    result = run("--msprobe-api-info", str(dump), "--msprobe-out", str(out), "-p", "no:cacheprovider",
+    result = run(f"--msprobe-api-info={dump}", f"--msprobe-out={out}", "-p", "no:cacheprovider",
                  "-p", "no:randomly", *args)
     return result, out
 
@@ -157,14 +157,14 @@ def test_fidelity_with_xdist(pytester, sample):
 # --- usage errors and missing recordings ---------------------------------------------------------------------
 def test_statistics_dump_with_recorded_is_a_usage_error(pytester, data_dir):
     pytester.makeini("[pytest]\n")
-    result = pytester.runpytest_subprocess("--msprobe-api-info", str(data_dir / "mlp_fp32_statistics_L1" / "step0"),
+    result = pytester.runpytest_subprocess(f"--msprobe-api-info={data_dir / 'mlp_fp32_statistics_L1' / 'step0'}",
                                            "--msprobe-device-type", "recorded", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*statistics only*task*tensor*"])
 
 
 def test_random_with_recorded_is_a_usage_error(pytester, sample):
-    result = pytester.runpytest_subprocess("--msprobe-api-info", str(sample), "--msprobe-device-type", "recorded",
+    result = pytester.runpytest_subprocess(f"--msprobe-api-info={sample}", "--msprobe-device-type", "recorded",
                                            "--msprobe-random", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--msprobe-random*recorded*"])
@@ -200,7 +200,7 @@ def test_fp16_dump_recorded_matches_the_cpu_replay(pytester, fp16_dump):
     pytester.makeini("[pytest]\n")
     shutil.copytree(fp16_dump[0], pytester.path / "dump")
     dump = pytester.path / "dump"
-    threads = ("--msprobe-threads", str(fp16_dump[1]))
+    threads = (f"--msprobe-threads={fp16_dump[1]}")
     _, replay = _run(pytester, dump, "--msprobe-device-type", "cpu", *threads)
     _, recorded = _run(pytester, dump, "--msprobe-device-type", "recorded")
     a, b = _details(replay), _details(recorded)
@@ -229,7 +229,7 @@ def test_generated_suite_carries_the_recorded_outputs(pytester, sample):
     assert gen.ret == 0, gen.stderr.str()
     shutil.rmtree(sample)
     out = pytester.mkdir("suite_out")
-    result = pytester.runpytest_subprocess(str(suite), "--msprobe-device-type", "recorded", "--msprobe-out", str(out),
+    result = pytester.runpytest_subprocess(str(suite), "--msprobe-device-type", "recorded", f"--msprobe-out={out}",
                                            "-p", "no:cacheprovider")
     text = result.stdout.str()
     assert "INTERNALERROR" not in text

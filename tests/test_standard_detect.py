@@ -117,12 +117,12 @@ def test_gpu_csv_option_checks_under_the_gpu_csvs_standard(pytester, data_dir):
     shutil.copytree(data_dir / "mlp_fp32_tensor_L1" / "step0" / "rank", pytester.path / "dump")
     pytester.makeini("[pytest]\n")
     res = pytester.runpytest("--msprobe-api-info", "dump/dump.json", "-p", "no:randomly",
-                             "--msprobe-gpu-csv", str(data_dir / MSPROBE_26_2))
+                             f"--msprobe-gpu-csv={data_dir / MSPROBE_26_2}")
     res.stdout.fnmatch_lines(["msprobe: device *, standard 26.2,*",
                               "msprobe: standard 26.2, that of the GPU CSV: the torch.float32 output *"])
     assert res.ret == 0, res.stdout.str()[-2000:]
     details = glob.glob(str(pytester.path / "accuracy_checking_details_*.csv"))[0]
     assert standard_detect.standard_of_csv(details).standard == "26.2"
     res = pytester.runpytest("--msprobe-api-info", "dump/dump.json", "-p", "no:randomly", "--msprobe-standard",
-                             "1.0.4", "--msprobe-gpu-csv", str(data_dir / MSPROBE_26_2), "--msprobe-out", "forced")
+                             "1.0.4", f"--msprobe-gpu-csv={data_dir / MSPROBE_26_2}", "--msprobe-out", "forced")
     res.stdout.fnmatch_lines(["msprobe: device *, standard 1.0.4,*"])

@@ -254,7 +254,7 @@ def _check(dump_json: pathlib.Path, *options: str) -> tuple:
     """(pytest's output, peak RSS in bytes) of a checker run in its own process."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-rs",
-                             "-q", "--msprobe-api-info", str(dump_json), *options], cwd=dump_json.parent,
+                             "-q", f"--msprobe-api-info={dump_json}", *options], cwd=dump_json.parent,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)

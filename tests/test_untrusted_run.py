@@ -307,7 +307,7 @@ def test_fuzz_mutated_dumps_run_cleanly(pytester, sources, kind, data):
     text = mutate_text((step / "dump.json").read_text(), data, kind)
     (dump / "dump.json").write_text(text)
     out = pytester.path / f"out{n}"
-    res = pytester.runpytest_inprocess("--msprobe-api-info", str(dump / "dump.json"), "--msprobe-out", str(out),
+    res = pytester.runpytest_inprocess(f"--msprobe-api-info={dump / 'dump.json'}", f"--msprobe-out={out}",
                                        "--msprobe-max-bytes", "64MB", "-p", "no:cacheprovider")
     expected = expected_calls(text)
     event("unreadable as a whole" if expected is None else "run")
@@ -427,7 +427,7 @@ def test_oversized_dump_json_is_one_usage_error_before_reading(pytester):
     with open(big, "wb") as fh:
         fh.truncate(3 * 1024 ** 3)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    res = pytester.runpytest("--msprobe-api-info", str(big))
+    res = pytester.runpytest(f"--msprobe-api-info={big}")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines([f"*{big} is {3 * 1024 ** 3} bytes, above the limit of*"])
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 256 * 1024
@@ -452,13 +452,13 @@ def test_config_with_yaml_object_tag_is_a_usage_error_and_runs_nothing(project, 
     marker = tmp_path / "pwned"
     cfg = project.path / "config.yaml"
     cfg.write_text(f'acc_check: !!python/object/apply:os.system ["touch {marker}"]\n')
-    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-config", str(cfg))
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", f"--msprobe-config={cfg}")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert "INTERNALERROR" not in res.stdout.str() + res.stderr.str()
     res.stderr.fnmatch_lines(["*config.yaml: not valid YAML, or it uses a tag other than plain data*"])
     assert not marker.exists()
     cfg.write_text("acc_check:\n  white_list: [relu]\n")        # plain YAML data is fine
-    res = project.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-config", str(cfg))
+    res = project.runpytest("--msprobe-api-info", "dump/dump.json", f"--msprobe-config={cfg}")
     res.assert_outcomes(passed=1, skipped=14)
 
 

@@ -1,4 +1,4 @@
-"""Small models that other people wrote (transformers, torchvision), built from configs with random weights.
+"""Small models that other people wrote (transformers), built from configs with random weights.
 
 Each builder returns ``(model, batch, loss_fn)`` for one training step: ``loss_fn(model, batch)`` runs the
 forward pass and returns the loss. Widths of 32-64, two layers and short sequences keep a step fast; nothing
@@ -20,15 +20,18 @@ SEQ, BATCH, VOCAB = 8, 2, 64
 _TORCHVISION_SHIM: list = []
 
 
-def import_torchvision() -> Any:
-    """``import torchvision``, also where its compiled ops cannot load.
+def _tolerate_broken_torchvision() -> Any:
+    """Where a torchvision is installed that cannot load beside this torch, let transformers import it.
 
-    PyPI's Linux torchvision wheel is built against torch's CUDA build; beside the CPU build of torch its
-    compiled extension does not load, and torchvision 0.28 then fails at import, registering fake kernels
-    for ``torchvision::nms``/``qnms`` that do not exist (transformers imports torchvision too, so it fails
-    the same way). The models used here call none of those ops, so the missing op schemas are declared
-    (without kernels) and the import is retried.
+    The tests need no torchvision (the test extra does not install it), but transformers imports it when it
+    is installed. PyPI's Linux torchvision wheel is built against torch's CUDA build; beside the CPU build of
+    torch it fails at import, registering fake kernels for ``torchvision::nms``/``qnms`` that do not exist.
+    Only in that case are the missing op schemas declared (without kernels, nothing calls them) and the import
+    retried; without torchvision nothing is done.
     """
+    import importlib.util
+    if importlib.util.find_spec("torchvision") is None:
+        return None
     for _ in range(8):
         try:
             import torchvision
@@ -46,9 +49,9 @@ def import_torchvision() -> Any:
 
 
 try:       # before transformers, which imports torchvision when it is installed
-    import_torchvision()
+    _tolerate_broken_torchvision()
 except ImportError:
-    pass                # the ResNet test then fails with the import error
+    pass
 
 
 def _lm_batch() -> dict:
@@ -121,17 +124,13 @@ def vit() -> tuple:
 
 
 def resnet() -> tuple:
-    """torchvision's ResNet (BasicBlock, BatchNorm, max pool), one block per stage, stopped after stage two."""
-    tv = import_torchvision()
-    model = tv.models.resnet.ResNet(tv.models.resnet.BasicBlock, [1, 1, 1, 1], num_classes=10)
-    model.layer3 = torch.nn.Identity()
-    model.layer4 = torch.nn.Identity()
-    model.fc = torch.nn.Linear(128, 10)
-    batch = {"x": torch.randn(BATCH, 3, 32, 32), "y": torch.randint(0, 10, (BATCH,))}
-
-    def loss_fn(m: Any, b: dict) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(m(b["x"]), b["y"])
-    return model, batch, loss_fn
+    """transformers' ResNet (basic blocks, BatchNorm, max pool, adaptive average pool), one block per stage,
+    two stages."""
+    from transformers import ResNetConfig, ResNetForImageClassification
+    cfg = ResNetConfig(num_channels=3, embedding_size=16, hidden_sizes=[32, 64], depths=[1, 1], layer_type="basic",
+                       hidden_act="relu", num_labels=10)
+    batch = {"pixel_values": torch.randn(BATCH, 3, 32, 32), "labels": torch.randint(0, 10, (BATCH,))}
+    return ResNetForImageClassification(cfg), batch, _hf_loss
 
 
 MODELS: dict = {"llama": llama, "gpt2": gpt2, "bert": bert, "t5": t5, "vit": vit, "resnet": resnet}

@@ -23,8 +23,8 @@ ANOMALIES_CSV = "anomalies.csv"
 PICTURE_DIR = "similarities_picture"
 SUMMARY_KEY = "summary"
 DIRECTION_SUFFIXES = (".npy", ".pt")
-_RANK_DIR = re.compile(r"^rank(\d+)$")
-_STEP_DIR = re.compile(r"^step(\d+)$")
+_RANK_DIR = re.compile(r"^rank(\d+)\Z")
+_STEP_DIR = re.compile(r"^step(\d+)\Z")
 _HINT = "please dump data in same configuration (grad_level L1 or L2, same rank and step lists)"
 
 

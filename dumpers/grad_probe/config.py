@@ -16,8 +16,8 @@ DEFAULT_BOUNDS = (-1, 0, 1)
 SECTION_KEYS = ("grad_level", "param_list", "bounds")
 INT64_MIN = -(2 ** 63)
 INT64_MAX = 2 ** 63 - 1
-_PATH_CHARS = re.compile(r"^[a-zA-Z0-9_./-]+$")
-_RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+_PATH_CHARS = re.compile(r"^[a-zA-Z0-9_./-]+\Z")
+_RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*\Z")
 
 
 class GradProbeConfigError(ValueError):

@@ -26,7 +26,7 @@ log = logging.getLogger("pytest_msprobe.grad_probe")
 SUMMARY_PREFIX = "grad_summary_"
 STEP_PREFIX = "step"
 DIRECTION_SUFFIX = ".npy"
-_SAFE_NAME = re.compile(r"^[a-zA-Z0-9_.\-]+$")
+_SAFE_NAME = re.compile(r"^[a-zA-Z0-9_.\-]+\Z")
 
 
 def summary_file(step: int) -> str:

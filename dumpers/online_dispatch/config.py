@@ -9,7 +9,7 @@ from typing import Any
 LOG = logging.getLogger("pytest_msprobe.online_dispatch")
 
 DUMP_MODES = ("all", "list", "auto", "OFF")
-PATH_CHARS = re.compile(r"^[a-zA-Z0-9_.:/-]+$")
+PATH_CHARS = re.compile(r"^[a-zA-Z0-9_.:/-]+\Z")
 MAX_PATH = 4096
 MAX_NAME = 255
 

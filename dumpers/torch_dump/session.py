@@ -492,6 +492,10 @@ class DumpSession:
                                      getattr(func, "__code__", None), use_cache=not collective)
         except Exception as exc:  # noqa: BLE001 - the dumper must never break training
             self._internal_error(exc)
+        # each tensor argument's autograd node before the call: an output that is an argument with the same
+        # node (dropout at p=0 returns its input) got no node from this call, so it has no backward entry
+        before = [(a, a.grad_fn) for a in args if type(a) is torch.Tensor] \
+            if (plain is not None or pending is not None) and not collective else ()
         if collective:
             self.busy = True
             try:
@@ -509,7 +513,7 @@ class DumpSession:
             except Exception:  # noqa: BLE001 - forget everything rather than risk a stale entry
                 self.forget_reuse()
         if plain is not None:
-            self._plain_finish(plain, result, base, idx, autocast)
+            self._plain_finish(plain, result, base, idx, autocast, before)
             return result
         if pending is None:
             return result
@@ -517,7 +521,7 @@ class DumpSession:
             after = [*args, *kwargs.values()] if collective else None
             self.finish(pending, result, as_list=after, extra={fmt.AUTOCAST: autocast} if autocast else None)
             if not collective:
-                self._hook_backward(result, base, idx)
+                self._hook_backward(result, base, idx, before)
         except Exception as exc:  # noqa: BLE001
             self._internal_error(exc)
         return result
@@ -545,7 +549,8 @@ class DumpSession:
         sid = self.stack_id(stacklib.capture(getattr(func, "__code__", None)))
         return key, parent, batch, hook, in_args, in_kwargs, sid
 
-    def _plain_finish(self, plain: tuple, result: Any, base: str, idx: int, autocast: Optional[dict] = None) -> None:
+    def _plain_finish(self, plain: tuple, result: Any, base: str, idx: int, autocast: Optional[dict] = None,
+                      before: Any = ()) -> None:
         """:meth:`finish` for :meth:`_plain_begin`; a result that is not plain goes through the Encoder."""
         key, parent, batch, hook, in_args, in_kwargs, sid = plain
         try:
@@ -568,16 +573,18 @@ class DumpSession:
                 batch.resolve()
             text = forward_text(in_args, in_kwargs, output)
             self.record_text(key, amp.with_state(text, autocast) if autocast else text, sid)
-            self._hook_backward(result, base, idx)
+            self._hook_backward(result, base, idx, before)
         except Exception as exc:  # noqa: BLE001 - the dumper must never break training
             self._internal_error(exc)
 
-    def _hook_backward(self, result: Any, base: str, idx: int) -> None:
+    def _hook_backward(self, result: Any, base: str, idx: int, before: Any = ()) -> None:
         if not (self.bwd_in or self.bwd_out or self.with_construct):
             return
         t = first_tensor(result)
         if t is None or t.grad_fn is None:
             return
+        if any(t is a and t.grad_fn is node for a, node in before):
+            return          # an argument returned as it was: the node is an earlier call's, as msprobe records
         t.grad_fn.register_hook(functools.partial(self._on_api_backward, f"{base}.{idx}.{fmt.BACKWARD}",
                                                   self.generation))
 

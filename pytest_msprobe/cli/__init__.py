@@ -38,6 +38,8 @@ EPILOG = """examples:
   pytest-msprobe repair-dump dump/step0/rank
   pytest-msprobe attribute train.py:step --candidates out/accuracy_checking_result_X.csv -o attr/
 
+msprobe's names: api_precision_compare is api-precision-compare; run_ut, acc_check, multi_run_ut and
+multi_acc_check are 'pytest --msprobe-api-info=DUMP' (-n N for several workers); '-f pytorch' is not needed.
 'pytest-msprobe COMMAND --help' explains each command."""
 
 
@@ -48,6 +50,7 @@ def _top_parser() -> argparse.ArgumentParser:
                     "'pytest --msprobe-api-info dump.json'.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("-V", "--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_module, summary) in SUBCOMMANDS.items():
         sub.add_parser(name, help=summary, add_help=False)
@@ -66,8 +69,26 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        return version("pytest-msprobe")
+    except (ImportError, PackageNotFoundError):
+        from .. import __version__
+        return __version__
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    from .habits import CHECK_COMMANDS, check_pointer, strip_framework
+    argv = strip_framework(sys.argv[1:] if argv is None else argv)      # msprobe's "-f pytorch COMMAND"
+    if argv and argv[0] in ("--version", "-V"):
+        print(f"pytest-msprobe {_version()}")
+        return 0
+    if argv and argv[0].replace("_", "-") in SUBCOMMANDS:             # msprobe's api_precision_compare
+        argv[0] = argv[0].replace("_", "-")
+    if argv and argv[0] in CHECK_COMMANDS:
+        print(check_pointer(argv[0], argv[1:]), file=sys.stderr)
+        return 2
     if not argv or argv[0] not in SUBCOMMANDS:
         top = _top_parser()
         if argv and not argv[0].startswith("-"):
@@ -82,7 +103,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except FileNotFoundError as exc:
-        print(f"pytest-msprobe {args.command}: error: {exc.filename}: no such file; check the path "
+        print(f"pytest-msprobe {args.command}: error: {exc.filename}: {(exc.strerror or 'no such file').lower()}; "
+              f"check the path "
               f"('pytest-msprobe {args.command} --help' shows what to pass)", file=sys.stderr)
         return 2
     except (OSError, ValueError) as exc:

@@ -29,10 +29,11 @@ msprobe's spellings work too:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the subcommand's options."""
-    parser.add_argument("-npu", "--npu", "--npu_csv_path", dest="npu", required=True, metavar="NPU_CSV",
-                        help="accuracy_checking_details_*.csv of the device under test")
-    parser.add_argument("-gpu", "--gpu", "--gpu_csv_path", dest="gpu", required=True, metavar="GPU_CSV",
-                        help="accuracy_checking_details_*.csv of the reference device, same dump")
+    parser.add_argument("-npu", "--npu", "--npu_csv_path", dest="npu", required=True, metavar="NPU_CSV", nargs="+",
+                        help="accuracy_checking_details_*.csv of the device under test, or its folder (of "
+                             "several, the newest)")
+    parser.add_argument("-gpu", "--gpu", "--gpu_csv_path", dest="gpu", required=True, metavar="GPU_CSV", nargs="+",
+                        help="accuracy_checking_details_*.csv of the reference device, same dump, or its folder")
     parser.add_argument("-o", "--out", "--out_path", dest="out", default="./", metavar="DIR",
                         help="directory for the two api_precision_compare CSVs (default: ./)")
     parser.add_argument("--standard", default=None, choices=sorted(STANDARDS),
@@ -47,7 +48,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the compare and print where the files went and how many APIs passed."""
     from ..report.apc import run_compare
 
-    outcome = run_compare(args.npu, args.gpu, args.out, version=args.standard, plot=args.plot)
+    from .paths import DETAILS, pick
+    npu = pick(args.npu, DETAILS, command="api-precision-compare")
+    gpu = pick(args.gpu, DETAILS, command="api-precision-compare")
+    outcome = run_compare(npu, gpu, args.out, version=args.standard, plot=args.plot)
     counts = {s: 0 for s in verdict.COMPARE_STATUSES}
     for forward, backward, _ in outcome.apis.values():
         counts[verdict.compare_status(forward, backward)] += 1

@@ -34,8 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api", action="append", default=[], metavar="PATTERN",
                         help="select calls by dump name (Functional.gelu.0), API (Functional.gelu) or base "
                              "name (gelu); wildcards * ? allowed; repeatable (default: every call)")
-    parser.add_argument("--from-result", metavar="RESULT_CSV", default=None,
-                        help="select the APIs of this accuracy_checking_result CSV that have --status")
+    parser.add_argument("--from-result", metavar="RESULT_CSV", default=None, nargs="+",
+                        help="select the APIs of this accuracy_checking_result CSV that have --status (a "
+                             "folder, or several CSVs: the newest)")
     parser.add_argument("--status", default=",".join(DEFAULT_STATUSES), metavar="LIST",
                         help="with --from-result: statuses to select, from error,warning,pass,skip "
                              "(default error)")
@@ -62,7 +63,9 @@ def run(args: Any) -> int:
               file=sys.stderr)
         return 2
     try:
-        written = generate(args.dump, args.output, apis=args.api, from_result=args.from_result,
+        from .paths import pick
+        from_result = pick(args.from_result, command="generate") if args.from_result else None
+        written = generate(args.dump, args.output, apis=args.api, from_result=from_result,
                            statuses=args.status, random=args.random, name=args.name, force=args.force,
                            scripts=args.script, seed=DEFAULT_SEED if args.seed is None else args.seed,
                            standard=args.standard)

@@ -5,12 +5,15 @@ import argparse
 
 DESCRIPTION = ("Render a single self-contained HTML report (counts, sortable API table, per-API metrics, "
                "call stacks, plots) from an accuracy-check result CSV and its details twin.")
-EPILOG = ("example:\n  pytest-msprobe html-report out/accuracy_checking_result_20261130120000.csv "
+EPILOG = ("examples:\n  pytest-msprobe html-report out/ --dump dump/step0/rank   (the newest result CSV in out/)\n"
+          "  pytest-msprobe html-report out/accuracy_checking_result_20261130120000.csv "
           "--dump dump/step0/rank -o report.html")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("result_csv", help="accuracy_checking_result_*.csv (ours or msprobe's)")
+    parser.add_argument("result_csv", nargs="+", metavar="RESULT_CSV",
+                        help="accuracy_checking_result_*.csv (ours or msprobe's), or the folder of a check's "
+                             "CSVs (of several, the newest is read)")
     parser.add_argument("--details", help="the details CSV (default: the result CSV's details twin)")
     parser.add_argument("--dump", help="dump directory holding stack.json, to show each API's call stack")
     parser.add_argument("--compare", help="api_precision_compare_result CSV: show the NPU-vs-GPU verdict per API")
@@ -20,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..report.html import render_report
 
-    path = render_report(args.result_csv, args.details, args.output, dump_dir=args.dump,
+    from .paths import pick
+    path = render_report(pick(args.result_csv, command="html-report"), args.details, args.output, dump_dir=args.dump,
                          compare_csv=args.compare)
     print(f"HTML report: {path}")
     return 0

@@ -15,14 +15,17 @@ from ..report import acc_csv
 from ..report.columns import DETAILS_HEADER, HEADER_OF_FIELD
 
 DESCRIPTION = "Summarise an accuracy_checking_result CSV (ours or msprobe's): counts and the failing APIs."
-EPILOG = "example: pytest-msprobe summary out/accuracy_checking_result_20260101120000.csv --top 20"
+EPILOG = ("examples: pytest-msprobe summary out/   (the newest result CSV in out/)\n"
+          "          pytest-msprobe summary out/accuracy_checking_result_20260101120000.csv --top 20")
 
 # the details columns a failing API's reason quotes: (CSV header, short label)
 _METRICS = tuple((HEADER_OF_FIELD[f], SHORT_LABEL[f]) for f in REASON_FIELDS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("result_csv", help="accuracy_checking_result_{timestamp}.csv")
+    parser.add_argument("result_csv", nargs="+", metavar="RESULT_CSV",
+                        help="accuracy_checking_result_{timestamp}.csv, or the folder of a check's CSVs "
+                             "(of several, the newest is read)")
     parser.add_argument("--details", default=None,
                         help="the details CSV (default: the result CSV's 'details' twin, if it exists)")
     parser.add_argument("--top", type=int, default=10, help="how many failing APIs to list (default 10)")
@@ -84,6 +87,8 @@ def summarise(result_csv: str, details_csv: str | None = None, *, top: int = 10,
 
 
 def run(args: argparse.Namespace) -> int:
-    lines, n_failing = summarise(args.result_csv, args.details, top=args.top, fail_on=args.fail_on)
+    from .paths import pick
+    lines, n_failing = summarise(pick(args.result_csv, command="summary"), args.details, top=args.top,
+                                 fail_on=args.fail_on)
     print("\n".join(lines))
     return 1 if n_failing else 0

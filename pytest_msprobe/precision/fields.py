@@ -18,12 +18,12 @@ METRICS = (
     ("small_value_err_ratio", "small_value_err_ratio", "small-value err ratio"),
     ("max_rel_err", "max_rel_err", "max rel err"),
     ("mean_rel_err", "mean_rel_err", "mean rel err"),
-    ("inf_nan_error_rate", "inf_nan_error_rate", None),
-    ("rel_err_error_rate", "rel_err_error_rate", None),
-    ("abs_err_error_rate", "abs_err_error_rate", None),
+    ("inf_nan_error_rate", "inf_nan_error_rate", "inf/nan err rate"),
+    ("rel_err_error_rate", "rel_err_error_rate", "rel err rate"),
+    ("abs_err_error_rate", "abs_err_error_rate", "abs err rate"),
     ("ulp_max", "ulp_max", "max ULP"),
-    ("ulp_mean", "ulp_mean", None),
-    ("ulp_above_threshold_ratio", "ulp_above_threshold_ratio", None),
+    ("ulp_mean", "ulp_mean", "mean ULP"),
+    ("ulp_above_threshold_ratio", "ulp_above_threshold_ratio", "ratio ULP>thr"),
 )
 
 # keys of a DetailRow's metrics, in details-CSV column order (columns 5..21)

@@ -13,6 +13,7 @@ OS at once, so a killed process leaves whole rows behind and a result row means 
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import os
 import re
@@ -27,11 +28,12 @@ from dumpers.format import parse_row_name
 from ..precision.verdict import DEFAULT_FAIL_ON, is_failing  # is_failing: a result row's roll-up, for readers
 from .columns import BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, FIDELITY_COLUMN, RESULT_HEADER
 from dumpers.csvcell import DEFAULT_PRECISION, FORMULA_LEAD, format_cell, safe_text
+from . import pairs
 
 BOM = "\ufeff"
 RESULT_PREFIX = "accuracy_checking_result_"
 DETAILS_PREFIX = "accuracy_checking_details_"
-RESULT_NAME_RE = re.compile(r"^accuracy_checking_result_(\d{14})\.csv$")
+RESULT_NAME_RE = re.compile(r"^accuracy_checking_result_(\d{14})\.csv\Z")
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 
@@ -175,18 +177,52 @@ def make_dirs(path: str, mode: int = DIR_MODE) -> None:
         os.mkdir(path, mode)
     except FileExistsError:
         if not os.path.isdir(path):
-            raise
+            raise NotADirectoryError(errno.ENOTDIR, "a file is in the way of this folder", path) from None
 
 
-def _open_append(path: str, header: Sequence[str]) -> io.TextIOWrapper:
-    new = not os.path.exists(path) or os.path.getsize(path) == 0
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-    fh = open(fd, "a", encoding="utf-8", newline="")  # noqa: SIM115 - kept open by the writer
-    if new:
-        fh.write(BOM)
-        csv.writer(fh, lineterminator="\r\n").writerow(header)
-        fh.flush()
-    return fh
+class _Sink:
+    """One CSV file appended to with unbuffered writes: a write that fails (a full disk, a file-size limit) is
+    cut back to the last whole row, so the file holds whole rows only, and says which file and what to do."""
+
+    def __init__(self, path: str, header: Sequence[str]) -> None:
+        self.path = path
+        try:
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+        except OSError as exc:
+            raise pairs.CsvWriteError(path, exc) from None
+        self.size = os.fstat(self.fd).st_size
+        if self.size == 0:
+            self.write(BOM + row_text(header))
+
+    def write(self, text: str) -> None:
+        raw = text.encode("utf-8")
+        data = memoryview(raw)
+        try:
+            while data:
+                data = data[os.write(self.fd, data):]
+        except OSError as exc:
+            self.cut(self.size)
+            raise pairs.CsvWriteError(self.path, exc) from None
+        self.size += len(raw)
+
+    def cut(self, size: int) -> None:
+        """Back to ``size`` bytes (the end of a whole row), as far as the file system lets it."""
+        try:
+            os.ftruncate(self.fd, size)
+            self.size = size
+        except OSError:
+            pass
+
+    def sync(self) -> None:
+        try:
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise pairs.CsvWriteError(self.path, exc) from None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def _has_column(path: str, column: str) -> bool:
@@ -217,10 +253,20 @@ class AccCsvWriter:
                   + ([FIDELITY_COLUMN] if self.fidelity_column else []))
         for p in (self.result_path, self.details_path):
             d = os.path.dirname(os.path.abspath(p))
-            make_dirs(d)
-        self._details = _open_append(self.details_path, header)
-        self._result = _open_append(self.result_path, RESULT_HEADER)
-        self._rw = csv.writer(self._result, lineterminator="\r\n")
+            try:
+                make_dirs(d)
+            except OSError as exc:
+                raise pairs.CsvWriteError(d, exc) from None
+        self._details = _Sink(self.details_path, header)
+        try:
+            self._result = _Sink(self.result_path, RESULT_HEADER)
+            pairs.lock(self._result.fd, self.result_path)   # one check writes a pair at a time
+        except OSError:
+            self._details.close()
+            if getattr(self, "_result", None) is not None:
+                self._result.close()
+            raise
+        self.failed: OSError | None = None      # the write that failed: nothing more is written
         self._fsync_interval = fsync_interval
         self._last_sync = time.monotonic()
         self.rows_written = 0
@@ -244,11 +290,17 @@ class AccCsvWriter:
             if self.fidelity_column:
                 tail.append(safe_text(fidelity[i]) if i < len(fidelity) and fidelity[i] else "")
             lines.append(_joined(line, tail))
-        if lines:
-            self._details.write("".join(lines))
-        self._details.flush()
-        self._rw.writerow(list(result))
-        self._result.flush()
+        if self.failed is not None:
+            raise self.failed
+        before = self._details.size
+        try:
+            if lines:
+                self._details.write("".join(lines))
+            self._result.write(row_text(list(result)))
+        except OSError as exc:
+            self._details.cut(before)           # no details rows of an API without its result row
+            self.failed = exc
+            raise
         self.rows_written += 1
         now = time.monotonic()
         if now - self._last_sync >= self._fsync_interval:
@@ -256,15 +308,20 @@ class AccCsvWriter:
             self._last_sync = now
 
     def sync(self) -> None:
-        for fh in (self._details, self._result):
-            if not fh.closed:
-                fh.flush()
-                os.fsync(fh.fileno())
+        if self.failed is None:
+            for sink in (self._details, self._result):
+                sink.sync()
+
+    def identities(self) -> tuple:
+        """(result, details) :func:`.pairs.identity` of the files written so far."""
+        return pairs.identity(self._result.fd), pairs.identity(self._details.fd)
 
     def close(self) -> None:
-        self.sync()
-        self._details.close()
-        self._result.close()
+        try:
+            self.sync()
+        finally:
+            self._details.close()
+            self._result.close()
 
     def __enter__(self) -> AccCsvWriter:  # noqa: PYI034
         return self

@@ -7,9 +7,7 @@ CSVs or the dump is escaped by Jinja2's autoescaping.
 """
 from __future__ import annotations
 
-import base64
 import csv
-import io
 import json
 import math
 import os
@@ -29,10 +27,13 @@ from ..precision.verdict import (
     worst,
 )
 from .columns import DETAILS_HEADER, FIDELITY_COLUMN, FIELD_OF_HEADER
+from .html_context import load_construct, module_path, user_frames_first
 
 STATUS_ORDER = SEVERITY
 # column headers shown in the report -> their short names (the others show the header)
 METRIC_LABELS = {header: DISPLAY_LABEL[name] for header, name in FIELD_OF_HEADER.items() if name in DISPLAY_LABEL}
+METRIC_LABELS.update({"Bench Dtype": "bench dtype", "DEVICE Dtype": "device dtype", "Shape": "shape",
+                      "Status": "status", FIDELITY_COLUMN: "replay fidelity", "Data Mode": "data mode"})
 STATUS_COLOURS = {ERROR_KEY: "#d62728", WARNING_KEY: "#ff7f0e", PASS_KEY: "#2ca02c", SKIP_KEY: "#7f7f7f"}
 
 
@@ -105,6 +106,8 @@ class ApiView:
     compare: str = ""              # NPU-vs-GPU verdict, when an api_precision_compare result is given
     fidelity: str = ""             # "faithful", "unfaithful" (a replayed output differs from the recording) or ""
     unfaithful: List[str] = field(default_factory=list)   # "row: Replay Fidelity cell" of the unfaithful rows
+    modules: List[str] = field(default_factory=list)      # the modules around the call (construct.json)
+    library_stack: List[str] = field(default_factory=list)  # the framework's frames (stack holds the user's)
 
 
 def _api_status(fwd: str, bwd: str) -> str:
@@ -122,7 +125,7 @@ def _compare_verdicts(path: Optional[str]) -> Dict[str, str]:
     return out
 
 
-def build_views(result_rows, details_rows, stacks, compare=None) -> List[ApiView]:
+def build_views(result_rows, details_rows, stacks, compare=None, construct=None) -> List[ApiView]:
     by_api: Dict[str, List[Dict[str, str]]] = {}
     for row in details_rows:
         name = row.get("API Name", "")
@@ -145,7 +148,8 @@ def build_views(result_rows, details_rows, stacks, compare=None) -> List[ApiView
         mae = [_num(d.get("最大绝对误差", "")) for d in view.rows]
         mae = [m for m in mae if m is not None and not math.isnan(m)]
         view.max_abs = max(mae) if mae else None
-        view.stack = stacks.get(f"{name}.forward", [])
+        view.stack, view.library_stack = user_frames_first(stacks.get(f"{name}.forward", []))
+        view.modules = module_path(construct or {}, name)
         cells = [(d.get("API Name", ""), d.get(FIDELITY_COLUMN) or "") for d in view.rows]
         view.unfaithful = [f"{row}: {text}" for row, text in cells if is_unfaithful(text)]
         if any(text for _, text in cells):
@@ -160,39 +164,9 @@ def build_views(result_rows, details_rows, stacks, compare=None) -> List[ApiView
 
 
 def _plot_png(views: List[ApiView]) -> Optional[str]:
-    """Bar charts of per-API worst cosine and max abs error, as a base64 PNG data URI."""
-    pts = [v for v in views if v.cosine is not None or v.max_abs is not None]
-    if not pts:
-        return None
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pts = pts[:60]
-    colors = STATUS_COLOURS
-    fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.25 * len(pts) + 3), 7), sharex=True)
-    x = range(len(pts))
-    c = [colors.get(v.status, "#1f77b4") for v in pts]
-    axes[0].bar(x, [max(1 - (v.cosine if v.cosine is not None else 1.0), 1e-16) for v in pts], color=c)
-    axes[0].axhline(0.01, color="k", ls="--", lw=1, label="cosine 0.99 threshold")
-    axes[0].set_ylabel("1 - cosine")
-    axes[0].set_yscale("log")
-    axes[0].set_ylim(1e-16, 1.0)
-    axes[0].legend(loc="upper right")
-    axes[1].bar(x, [max(v.max_abs or 0.0, 1e-12) for v in pts], color=c)
-    axes[1].axhline(0.001, color="k", ls="--", lw=1, label="max abs err 0.001")
-    axes[1].set_ylabel("max abs error")
-    axes[1].set_yscale("log")
-    axes[1].set_ylim(1e-12, max([1.0] + [v.max_abs or 0.0 for v in pts]) * 2)
-    axes[1].legend(loc="upper right")
-    axes[1].set_xticks(list(x))
-    axes[1].set_xticklabels([v.name for v in pts], rotation=90, fontsize=7)
-    fig.suptitle("Per-API error (worst output); red = error, orange = warning, green = pass")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    """The chart of the metric that decided each API's status (:mod:`.html_chart`)."""
+    from .html_chart import plot_png
+    return plot_png(views, STATUS_COLOURS)
 
 
 def render_report(result_csv: str, details_csv: Optional[str] = None, out_path: Optional[str] = None, *,
@@ -208,7 +182,7 @@ def render_report(result_csv: str, details_csv: Optional[str] = None, out_path: 
     result_rows = read_csv_rows(result_csv)
     details_rows = read_csv_rows(details_csv) if os.path.isfile(details_csv) else []
     compare = _compare_verdicts(compare_csv)
-    views = build_views(result_rows, details_rows, load_stacks(dump_dir), compare)
+    views = build_views(result_rows, details_rows, load_stacks(dump_dir), compare, load_construct(dump_dir))
     fidelity = bool(details_rows) and FIDELITY_COLUMN in details_rows[0]    # a details CSV with the column
     counts = {s: sum(1 for v in views if v.status == s) for s in STATUS_ORDER}
     compare_counts = {s: sum(1 for v in views if v.compare == s) for s in STATUS_ORDER} if compare else None

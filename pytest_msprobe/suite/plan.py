@@ -28,7 +28,7 @@ DEFAULT_STATUSES = (verdict.DEFAULT_FAIL_ON,)
 SOURCE_SEPARATOR = "::"        # label of a dump in a checker run over several dumps
 IGNORED_ENTRIES = frozenset({"__pycache__", ".pytest_cache"})   # made by running the suite: never "other"
 COMMENT_WIDTH = 88                 # ruff's and black's default line length
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 
 
 class GenerateError(ValueError):
