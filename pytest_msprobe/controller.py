@@ -16,7 +16,7 @@ import pytest
 
 from . import resume, wire
 from .precision.verdict import FAITHFUL, is_unfaithful
-from .report import acc_csv
+from .report import acc_csv, rounding
 from .report.standard_detect import mark_data_mode
 
 NAME = "msprobe-controller"
@@ -55,6 +55,7 @@ class Controller:
         self.order: dict = {}                 # API -> dump position, when workers write out of order
         self.fidelity = Counter()             # replayed outputs compared with the recording: verdict -> count
         self.unfaithful: list = []            # (row name, Replay Fidelity cell) of every unfaithful replay
+        self.rounding: dict = {}              # failing API -> beyond / within the rounding of a correct kernel
 
     @classmethod
     def for_session(cls, config: Any, sess: Any, plan: resume.ResumePlan, baseline_failing: set,
@@ -200,7 +201,8 @@ class Controller:
             self.prepare(None)
         fidelity = data.get("fidelity") or []
         self.writer.write_rows(data["result"], data["rows"],
-                               mark_data_mode(data.get("mode") or "", self.settings.standard), fidelity)
+                               mark_data_mode(data.get("mode") or "", self.settings.standard), fidelity,
+                               data.get("expected") or [])
         for row_name, text in zip(data["names"], fidelity):
             if text:
                 self.fidelity[text.split(":")[0].split(" ")[0]] += 1
@@ -214,6 +216,7 @@ class Controller:
                 self.per_standard.setdefault(standard, Counter())[status] += 1
         if data.get("failing"):
             self.worst.append(tuple(data.get("worst") or (name, "")))
+            self.rounding[name] = data.get("rounding") or ""
 
     # --- hooks: the end ---------------------------------------------------------------------------------------
     def pytest_sessionfinish(self, session: Any, exitstatus: Any) -> None:
@@ -286,6 +289,7 @@ class Controller:
                 lines.append(f"  {row}: {reason}")
             if len(self.worst) > 10:
                 lines.append(f"  ... {len(self.worst) - 10} more in the result CSV")
+            lines.extend(rounding.summary_lines(self.rounding))
         lines.append(f"result CSV:  {self.plan.result_csv}")
         lines.append(f"details CSV: {self.plan.details_csv}")
         lines.extend(self.apc_summary)

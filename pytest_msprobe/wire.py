@@ -19,6 +19,7 @@ PROPERTY = "msprobe"     # key of the per-API payload in report.user_properties
 
 def build(result: Any, *, fail_on: str, precision: int = DEFAULT_PRECISION) -> dict:
     """JSON-able record of one API for the controller (survives xdist)."""
+    from .replay.expected import multiple_cell, rounding_of
     from .report.acc_csv import detail_cells, result_cells
     worst_row, worst_reason = result.worst()
     return {
@@ -28,6 +29,8 @@ def build(result: Any, *, fail_on: str, precision: int = DEFAULT_PRECISION) -> d
         "result": result_cells(result.name, result.forward, result.backward, result.message),
         "details": [detail_cells(r, precision=precision) for r in result.details],
         "fidelity": [getattr(result, "fidelity", {}).get(r.name, "") for r in result.details],
+        "expected": [multiple_cell(getattr(result, "multiples", {}).get(r.name)) for r in result.details],
+        "rounding": rounding_of(result) if result.failing(fail_on) else "",
         "standards": [[str(getattr(r, "standard", "") or ""), str(r.status)] for r in result.details],
         "mode": result.data_mode,
         "kind": result.kind,

@@ -120,7 +120,7 @@ def test_replay_fidelity_on_the_planted_dump(pytester, sample):
     result, out = _run(pytester, sample, "--msprobe-device-type", "cpu")
     details = _details(out)
     header, _ = _csv(str(out / "accuracy_checking_details_*.csv"))
-    assert header[-2:] == ["Data Mode", FIDELITY]
+    assert header[-3:] == ["Data Mode", FIDELITY, "Error / Expected"]
     differs = {n: r[FIDELITY] for n, r in details.items() if r[FIDELITY].startswith("differs")}
     assert list(differs) == [GELU_OUT], differs        # a GEMM summed in another order is within rounding
     for text in differs.values():

@@ -288,7 +288,8 @@ def observe(a: Any, b: Any) -> Observed:
 def _sum_variance(u: float, n: int, q: float, s: float, order: str) -> float:
     """Variance of the rounding error of a sum of ``n`` terms with total square ``q`` and result ``s``.
 
-    ``order``: ``"tree"`` (blocks of :data:`REDUCTION_BLOCK`, then a tree: torch's sum and mean),
+    ``order``: ``"sequential"`` (one accumulator from the first term to the last), ``"tree"``
+    (blocks of :data:`REDUCTION_BLOCK`, then a tree: torch's sum and mean),
     ``"lanes"`` (:data:`VECTOR_LANES` accumulators running over the whole length: the one-pass reductions of
     norms and softmax denominators), ``"blocks"`` (the inner dimension of a GEMM in blocks of
     :data:`GEMM_BLOCK`, block sums accumulated in order)."""
@@ -296,7 +297,9 @@ def _sum_variance(u: float, n: int, q: float, s: float, order: str) -> float:
         return 0.0
     v = max(q / n - (s / n) ** 2, 0.0)          # the terms' variance and squared mean, per term
     m2 = (s / n) ** 2
-    if order == "lanes":
+    if order == "sequential":
+        partial = n * n * v / 2.0 + m2 * n ** 3 / 3.0
+    elif order == "lanes":
         run = max(1.0, n / VECTOR_LANES)
         partial = n * run * v / 2.0 + n * run * run * m2 / 3.0
     elif n <= (REDUCTION_BLOCK if order == "tree" else GEMM_BLOCK):
@@ -336,6 +339,25 @@ def _operands(api: str, fam: str, profiles: list, direction: str, index: int, gr
     return profiles[0], None
 
 
+def _norm_backward(api: str, u_out: float, index: int, profiles: list, grad: _Profile, out: _Profile,
+                   n: int) -> tuple:
+    """(sigma max, sigma typical, extra max, extra mean) a norm's backward adds in the output dtype.
+
+    Input gradient: ``w/sigma (g - mean g - xhat mean(g xhat))``, terms the size of ``g w / sigma`` that
+    cancel, each rounded in the dtype: ``NORM_ULPS u_out max|g| max|w| / sigma``. Weight and bias gradients:
+    sums over the rows that CPU kernels accumulate in the dtype itself, one row after the other (torch's
+    bf16 layer_norm backward: a mean error of 0.2 sqrt(n) u sqrt(Q)), so a sequential sum in ``u_out``."""
+    x = profiles[0]
+    spread = x.rms if api in ("rms_norm", "npu_rms_norm") else math.sqrt(max(x.rms ** 2 - x.mean ** 2, 0.0))
+    if index == 0:
+        weight = profiles[1].max_abs if len(profiles) > 1 else 1.0
+        scale = weight / spread if spread else 0.0
+        return 0.0, 0.0, NORM_ULPS * u_out * grad.max_abs * scale, NORM_ULPS * u_out * grad.mean_abs * scale / 2.0
+    q = n * grad.rms ** 2
+    return (math.sqrt(_sum_variance(u_out, n, q, out.max_abs, "sequential")),
+            math.sqrt(_sum_variance(u_out, n, q, out.rms, "sequential")), 0.0, 0.0)
+
+
 def _model(api_name: str, dtype: Any, profiles: list, out: _Profile, n: int, *, direction: str, index: int,
            grad: _Profile | None, input_dtype: Any, input_rel_error: float, source: str) -> Expected:
     api = base_name(api_name)
@@ -357,6 +379,7 @@ def _model(api_name: str, dtype: Any, profiles: list, out: _Profile, n: int, *, 
     extra_max = extra_mean = 0.0
     eps_in_done = False
     relative_sigma = False
+    same_in_both = 0.0
     if summed:
         q = n * term_ms
         s_max, s_typ = out.max_abs, out.rms
@@ -409,13 +432,19 @@ def _model(api_name: str, dtype: Any, profiles: list, out: _Profile, n: int, *, 
                     eps_in_done = True
         elif fam == ATTENTION:
             ulps = NORM_ULPS
-            extra_max = 2.0 * u_out * out.max_abs                    # probabilities rounded to the dtype
-            extra_mean = u_out * out.mean_abs
+            # probabilities rounded to the dtype before the second product: part of one run's error, but
+            # two runs of one attention kernel round the same probabilities, so not of their difference
+            extra_max = 2.0 * u_out * out.max_abs
+            same_in_both = u_out * out.mean_abs
         if eps_in and not eps_in_done:
             extra_max += rel_in * eps_in * out.max_abs
             extra_mean += rel_in * eps_in * out.mean_abs / 2.0
     if relative_sigma:
         sigma_max, sigma_typ = sigma_max * out.max_abs, sigma_typ * out.rms
+    if fam == NORM and direction == "backward" and grad is not None and profiles:
+        more = _norm_backward(api, u_out, index, profiles, grad, out, n)
+        sigma_max, sigma_typ = math.hypot(sigma_max, more[0]), math.hypot(sigma_typ, more[1])
+        extra_max, extra_mean = extra_max + more[2], extra_mean + more[3]
     tiny = _TINY.get(_canonical(dtype), 0.0)
     rounding_max = u_out * out.max_abs + tiny / 2.0
     rounding_mean = u_out * out.mean_abs / 2.0 + tiny / 4.0
@@ -427,8 +456,8 @@ def _model(api_name: str, dtype: Any, profiles: list, out: _Profile, n: int, *, 
     basis = (f"analytic: {family}, {_canonical(dtype)} (u={u_out:.3g}), n={n}"
              + (f", {order} sum" if summed and n > 1 else "")
              + (f", inputs off by {eps_in:.3g}" if eps_in else "") + f", from {source}")
-    return Expected(rounding_max + compute_max, rounding_mean + compute_mean, compute_mean, out.max_abs, n,
-                    u_out, family, basis)
+    return Expected(rounding_max + compute_max, rounding_mean + same_in_both + compute_mean, compute_mean,
+                    out.max_abs, n, u_out, family, basis)
 
 
 def expected_error(api_name: str, dtype: Any, inputs: Sequence, output: Any, *,
