@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from . import wire
+from . import reference, wire
 from .precision.verdict import FAILED, SKIPPED, item_outcome
 from .replay import CaseResult, data_mode, describe, seed_note, skip_result
 
@@ -116,6 +116,10 @@ class ApiItem(pytest.Item):
             gpu = sess.gpu_reference().judge(self.name, payload["details"])
             if gpu is None:
                 pytest.skip(f"NPU-vs-GPU compare: {self.name} has no rows in {settings.gpu_csv}")
+        elif settings.reference and payload["details"]:
+            gpu = reference.judge(sess, self.case, str(self.path), self.name, payload)
+            if gpu is None:
+                pytest.skip(f"NPU-vs-GPU compare: {self.name} has no rows on the reference {settings.reference}")
         unfaithful = result.fidelity_failure(settings.fidelity)
         outcome = item_outcome(result.forward, result.backward, fail_on=settings.fail_on,
                                reference=(gpu.forward, gpu.backward) if gpu is not None else None)

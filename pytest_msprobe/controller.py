@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pytest
 
-from . import resume, wire
+from . import reference, resume, wire
 from .precision.verdict import FAITHFUL, is_unfaithful
 from .report import acc_csv, rounding
 from .report.standard_detect import mark_data_mode
@@ -56,6 +56,7 @@ class Controller:
         self.fidelity = Counter()             # replayed outputs compared with the recording: verdict -> count
         self.unfaithful: list = []            # (row name, Replay Fidelity cell) of every unfaithful replay
         self.rounding: dict = {}              # failing API -> beyond / within the rounding of a correct kernel
+        self.reference_writer: Any = None     # --msprobe-reference: the reference backend's CSV pair
 
     @classmethod
     def for_session(cls, config: Any, sess: Any, plan: resume.ResumePlan, baseline_failing: set,
@@ -203,6 +204,8 @@ class Controller:
         self.writer.write_rows(data["result"], data["rows"],
                                mark_data_mode(data.get("mode") or "", self.settings.standard), fidelity,
                                data.get("expected") or [])
+        if data.get(reference.KEY):
+            self._write_reference(data[reference.KEY])
         for row_name, text in zip(data["names"], fidelity):
             if text:
                 self.fidelity[text.split(":")[0].split(" ")[0]] += 1
@@ -218,6 +221,15 @@ class Controller:
             self.worst.append(tuple(data.get("worst") or (name, "")))
             self.rounding[name] = data.get("rounding") or ""
 
+    def _write_reference(self, ref: dict) -> None:
+        """The reference backend's rows of one API, into its own CSV pair (``reference.paths``)."""
+        if self.reference_writer is None:
+            result, details = reference.paths(self.plan.details_csv, self.settings.out_dir, self.settings.reference)
+            self.reference_writer = acc_csv.AccCsvWriter(result, details)
+        self.reference_writer.write_rows(ref["result"], ref["rows"],
+                                         mark_data_mode(ref.get("mode") or "", self.settings.standard),
+                                         ref.get("fidelity") or [], ref.get("expected") or [])
+
     # --- hooks: the end ---------------------------------------------------------------------------------------
     def pytest_sessionfinish(self, session: Any, exitstatus: Any) -> None:
         if self.writer is None:
@@ -226,6 +238,9 @@ class Controller:
         if self.lastfailed is not None:
             resume.write_lastfailed(self.config, self.lastfailed)
         gpu_csv = self.settings.gpu_csv
+        if self.reference_writer is not None:
+            self.reference_writer.close()
+            gpu_csv = self.reference_writer.details_path
         if gpu_csv and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             session.exitstatus = self._compare_against_gpu(gpu_csv)
 
@@ -284,7 +299,7 @@ class Controller:
                 lines.append(f"  ... {len(self.unfaithful) - 10} more in the details CSV (column Replay Fidelity)")
         if self.worst:
             lines.append(f"APIs failing device vs bench ({len(self.worst)}; the NPU-vs-GPU compare below decides):"
-                         if self.settings.gpu_csv else f"failing APIs ({len(self.worst)}):")
+                         if self.settings.gpu_csv or self.settings.reference else f"failing APIs ({len(self.worst)}):")
             for row, reason in self.worst[:10]:
                 lines.append(f"  {row}: {reason}")
             if len(self.worst) > 10:

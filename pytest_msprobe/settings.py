@@ -37,7 +37,7 @@ STANDARD_CHOICES = tuple(STANDARDS)
 RESOLVED_OPTIONS = ("--msprobe-api-info", "--msprobe-out", "--msprobe-error-data-path", "--msprobe-gpu-csv",
                     "--msprobe-config", "--msprobe-white-list", "--msprobe-black-list", "--msprobe-standard",
                     "--msprobe-fail-on", "--msprobe-device-type", "--msprobe-seed", "--msprobe-timeout",
-                    "--msprobe-max-bytes")
+                    "--msprobe-max-bytes", "--msprobe-reference")
 # only the controller reads these (the CSV it continues, the baseline, the path map); workers are sent the result
 CONTROLLER_OPTIONS = ("--msprobe-result-csv", "--msprobe-baseline", "--msprobe-host-path")
 __all__ = ["DEFAULT_EXAMPLES", "DEFAULT_FAIL_ON", "DEFAULT_FIDELITY", "FIDELITY_CHOICES",
@@ -199,6 +199,10 @@ def add_options(parser: Any) -> None:
     g.addoption("--msprobe-gpu-csv", type=existing_file, default=None, metavar="DETAILS_CSV",
                 help="GPU accuracy_checking_details CSV: each API passes or fails by api_precision_compare of "
                      "its rows against the GPU's (msprobe's final verdict); the compare CSVs are written at the end")
+    g.addoption("--msprobe-reference", default=None, metavar="DEVICE_TYPE",
+                help="also run every call on this backend (cpu, or a registered one) in the dumped dtype, and "
+                     "give each API msprobe's final verdict (api_precision_compare) against it in the same run, "
+                     "as --msprobe-gpu-csv would with that backend's details CSV")
     g.addoption("--msprobe-fidelity", choices=FIDELITY_CHOICES, default=None,
                 help=f"replay fidelity (device output vs the recorded one): '{DEFAULT_FIDELITY}' (default) "
                      "writes the Replay Fidelity column; 'strict' also fails every item whose replay differs")
@@ -280,6 +284,7 @@ class Settings:
     examples: int = DEFAULT_EXAMPLES
     edge_values: bool = False
     gpu_csv: str | None = None
+    reference: str | None = None          # --msprobe-reference: the backend of the in-run second opinion
     precision: int = DEFAULT_PRECISION
     host_paths: list = field(default_factory=list)     # (host, controller dir, host dir), --msprobe-host-path
     fidelity: str = DEFAULT_FIDELITY
@@ -333,6 +338,9 @@ class Settings:
         s.examples = opt.msprobe_examples or DEFAULT_EXAMPLES
         s.edge_values = bool(opt.msprobe_edge_values)
         s.gpu_csv = opt.msprobe_gpu_csv
+        s.reference = getattr(opt, "msprobe_reference", None)
+        if s.reference and s.gpu_csv:
+            raise ValueError("--msprobe-reference and --msprobe-gpu-csv both give the final verdict; pass one")
         if s.gpu_csv and not (opt.msprobe_standard or ini("msprobe_standard")):
             from .report.standard_detect import standard_for_gpu_csv
             s.standard, s.standard_reason = standard_for_gpu_csv(s.gpu_csv)
@@ -356,6 +364,8 @@ class Settings:
             out.append(f"--msprobe-error-data-path={where(self.error_data_path)}")
         if self.gpu_csv:
             out.append(f"--msprobe-gpu-csv={where(self.gpu_csv)}")
+        if self.reference:
+            out.append(f"--msprobe-reference={self.reference}")
         if self.white_list:
             out.append("--msprobe-white-list=" + ",".join(self.white_list))
         if self.black_list:

@@ -128,3 +128,60 @@ def test_bf16_planted_recordings_differ_every_time(pytester, bert_dump):
     _, rows = _run(pytester, dump, "--msprobe-device-type", "cpu", "--msprobe-threads", "1")
     missed = {n: rows[n][FIDELITY] for n in planted if n in rows and not rows[n][FIDELITY].startswith("differs")}
     assert not missed, missed
+
+
+# --- --msprobe-reference: the final verdict in the same run ------------------------------------------------------
+def _only(directory, pattern):
+    found = sorted(directory.glob(pattern))
+    assert len(found) == 1, (pattern, found)
+    return found[0]
+
+
+def test_reference_gives_the_gpu_csv_verdict_in_one_run(pytester, data_dir):
+    """--msprobe-reference cpu writes the reference rows a separate cpu run writes, and the compare against them
+    is byte for byte the one --msprobe-gpu-csv gives with that separate run's CSV."""
+    pytester.makeini("[pytest]\n")
+    pytester.makeconftest(GELU_FAULT)
+    shutil.copytree(data_dir / "mlp_fp32_tensor_L1" / "step0" / "rank", pytester.path / "dump")
+    common = ("--msprobe-api-info", "dump/dump.json", "-p", "no:randomly", "-p", "no:cacheprovider")
+    one = pytester.runpytest(*common, "--msprobe-out", "one", "--msprobe-device-type", "faulty",
+                             "--msprobe-reference", "cpu")
+    assert one.ret != 0
+    one.stdout.fnmatch_lines(["*beyond rounding: Functional.gelu.0*", "*api_precision_compare*15 APIs, 1 error*",
+                             "*compare error: Functional.gelu.0*"])
+    outcomes = one.parseoutcomes()
+    assert outcomes.get("failed") == 1 and outcomes.get("passed") == 14, outcomes
+    separate = pytester.runpytest(*common, "--msprobe-out", "gpu", "--msprobe-device-type", "cpu")
+    separate.assert_outcomes(passed=15)
+    gpu_details = _only(pytester.path / "gpu", "accuracy_checking_details_*.csv")
+    assert _only(pytester.path / "one" / "reference-cpu", "accuracy_checking_details_*.csv").read_bytes() \
+        == gpu_details.read_bytes()
+    two = pytester.runpytest(*common, "--msprobe-out", "two", "--msprobe-device-type", "faulty",
+                             "--msprobe-gpu-csv", str(gpu_details))
+    assert two.parseoutcomes() == outcomes
+    for kind in ("result", "details"):
+        a = _only(pytester.path / "one", f"api_precision_compare_{kind}_*.csv").read_bytes()
+        b = _only(pytester.path / "two", f"api_precision_compare_{kind}_*.csv").read_bytes()
+        assert a == b, kind
+    assert _only(pytester.path / "one", "accuracy_checking_details_*.csv").read_bytes() == \
+        _only(pytester.path / "two", "accuracy_checking_details_*.csv").read_bytes()
+
+
+def test_reference_usage_errors(pytester, data_dir):
+    pytester.makeini("[pytest]\n")
+    shutil.copytree(data_dir / "mlp_fp32_tensor_L1" / "step0" / "rank", pytester.path / "dump")
+    bad = pytester.runpytest("--msprobe-api-info", "dump/dump.json", "--msprobe-reference", "nope",
+                             "-p", "no:cacheprovider")
+    assert bad.ret != 0 and "--msprobe-reference" in (bad.stdout.str() + bad.stderr.str())
+
+
+def test_bf16_model_passes_against_the_cpu_reference(pytester, bert_dump):
+    """The bf16 encoder whose layer_norm fails msprobe's thresholds passes the final verdict against a
+    correct kernel run in the same dtype."""
+    pytester.makeini("[pytest]\n")
+    shutil.copytree(bert_dump, pytester.path / "dump")
+    result, rows = _run(pytester, pytester.path / "dump", "--msprobe-device-type", "cpu", "--msprobe-reference",
+                        "cpu")
+    assert any(r["Status"].lower() == "error" for r in rows.values())      # device vs bench still flags it
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines(["*api_precision_compare*0 error*"])
