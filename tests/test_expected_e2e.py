@@ -88,6 +88,12 @@ def test_planted_fault_is_beyond_rounding_and_the_rest_within(pytester, data_dir
     text = result.stdout.str()
     assert "failing APIs beyond rounding: 1; within the rounding of a correct kernel: 0" in text
     assert "beyond rounding: Functional.gelu.0" in text
+    pytest.importorskip("jinja2")
+    from pytest_msprobe.report.html import render_report
+    (results,) = (pytester.path / "out0").glob("accuracy_checking_result_*.csv")
+    html = open(render_report(str(results), out_path=str(pytester.path / "r.html")), encoding="utf-8").read()
+    block = html[html.index('<div id="rounding-split">'):]
+    assert "<b>1</b> beyond rounding, <b>0</b> within" in block and "Beyond rounding: Functional.gelu.0" in block
 
 
 @pytest.fixture(scope="module")

@@ -39,3 +39,34 @@ def summary_lines(rounding: Mapping[str, str], limit: int = 10) -> list:
 def _names(names: list, limit: int) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f", ... {len(names) - limit} more" if len(names) > limit else "")
+
+
+def rounding_of_rows(rows: list, column: str) -> str:
+    """``beyond`` / ``within`` / "" for an API from its details rows as read from a CSV (``column``: the
+    ``Error / Expected`` header): the same rule as the check's (any failing row beyond, or all within)."""
+    from ..precision.expected_error import BEYOND_ROUNDING, classify
+    from ..precision.verdict import is_bad_row
+    bad = [r for r in rows if is_bad_row(r.get("Status", ""))]
+    if not bad:
+        return ""
+    values = []
+    for r in bad:
+        cell = (r.get(column) or "").strip()
+        try:
+            values.append(float(cell) if cell else None)
+        except ValueError:
+            values.append(None)
+    if any(v is not None and classify(v) == BEYOND_ROUNDING for v in values):
+        return BEYOND
+    return WITHIN if all(v is not None for v in values) else ""
+
+
+def html_split(views: list, column: str) -> dict | None:
+    """For the HTML report: the failing (error) APIs beyond and within rounding, read from their details rows
+    (None when nothing fails)."""
+    from ..precision.verdict import ERROR_KEY, norm
+    kinds = {v.name: rounding_of_rows(v.rows, column) for v in views if norm(v.status) == ERROR_KEY}
+    if not kinds:
+        return None
+    beyond, within, unknown = split(kinds)
+    return {"beyond": beyond, "within": within, "unknown": unknown, "advice": ADVICE}
