@@ -78,7 +78,7 @@ WITHIN_ROUNDING = "within rounding"
 BEYOND_ROUNDING = "beyond rounding"
 
 # --- model constants -----------------------------------------------------------------------------------------
-LAMBDA_MARGIN = 1.5          # standard deviations beyond the expected maximum of N normal errors
+LAMBDA_MARGIN = 1.0          # standard deviations beyond the expected maximum of N normal errors
 REDUCTION_BLOCK = 32         # longest sequential run of additions inside a library reduction (then a tree)
 VECTOR_LANES = 8             # accumulators of a one-pass vectorised reduction (norms, softmax denominators)
 GEMM_BLOCK = 256             # inner-dimension block of a library GEMM/conv (block sums accumulated in order)
