@@ -184,13 +184,18 @@ def _profile_array(x: Any) -> _Profile:
     sq = absum = total = 0.0
     peak = 0.0
     for start in range(0, n, 1 << 20):
-        c = flat[start:start + (1 << 20)].astype(np.float64)
-        c = c[np.isfinite(c)]
-        if c.size:
-            sq += float(np.dot(c, c))
-            absum += float(np.abs(c).sum())
-            total += float(c.sum())
-            peak = max(peak, float(np.abs(c).max()))
+        c = flat[start:start + (1 << 20)]
+        if c.dtype.kind != "f" or c.dtype.itemsize < 4:
+            c = c.astype(np.float64 if c.dtype.kind != "f" else np.float32)
+        mag = np.abs(c)
+        with np.errstate(over="ignore", invalid="ignore"):   # an overflow in float32 takes the slow path
+            part = (float(np.dot(c, c)), float(mag.sum(dtype=np.float64)), float(c.sum(dtype=np.float64)),
+                    float(mag.max()))
+        if not all(math.isfinite(v) for v in part):        # rare: leave the non-finite elements out
+            c = c[np.isfinite(c)].astype(np.float64)
+            mag = np.abs(c)
+            part = (float(np.dot(c, c)), float(mag.sum()), float(c.sum()), float(mag.max()) if c.size else 0.0)
+        sq, absum, total, peak = sq + part[0], absum + part[1], total + part[2], max(peak, part[3])
     return _Profile(n, tuple(a.shape), math.sqrt(sq / n), peak, absum / n, total / n)
 
 
@@ -270,12 +275,15 @@ def observe(a: Any, b: Any) -> Observed:
     peak = total = 0.0
     bad = 0
     for start in range(0, n, 1 << 20):
-        x = fa[start:start + (1 << 20)].astype(np.float64)
-        y = fb[start:start + (1 << 20)].astype(np.float64)
-        finite = np.isfinite(x) & np.isfinite(y)
-        same = (x == y) | (np.isnan(x) & np.isnan(y))
-        bad += int(np.count_nonzero(~finite & ~same))
-        d = np.abs(x[finite] - y[finite])
+        x, y = fa[start:start + (1 << 20)], fb[start:start + (1 << 20)]
+        with np.errstate(invalid="ignore", over="ignore"):     # inf - inf: judged below
+            d = np.abs(np.subtract(x, y, dtype=np.float64))
+        if not np.isfinite(d).all():                       # rare: judge the non-finite positions
+            x, y = x.astype(np.float64), y.astype(np.float64)
+            finite = np.isfinite(x) & np.isfinite(y)
+            same = (x == y) | (np.isnan(x) & np.isnan(y))
+            bad += int(np.count_nonzero(~finite & ~same))
+            d = d[finite]
         if d.size:
             peak = max(peak, float(d.max()))
             total += float(d.sum())
@@ -284,7 +292,6 @@ def observe(a: Any, b: Any) -> Observed:
     return Observed(peak, total / n if n else 0.0, 0)
 
 
-# --- the model -------------------------------------------------------------------------------------------------
 def _sum_variance(u: float, n: int, q: float, s: float, order: str) -> float:
     """Variance of the rounding error of a sum of ``n`` terms with total square ``q`` and result ``s``.
 
@@ -463,7 +470,7 @@ def _model(api_name: str, dtype: Any, profiles: list, out: _Profile, n: int, *, 
 def expected_error(api_name: str, dtype: Any, inputs: Sequence, output: Any, *,
                    kwargs: Mapping | None = None, reduction_length: int | None = None,
                    direction: str = "forward", index: int = 0, grad_output: Any = None,
-                   input_dtype: Any = None, input_rel_error: float = 0.0) -> Expected:
+                   input_dtype: Any = None, input_rel_error: float = 0.0, cache: dict | None = None) -> Expected:
     """The expected error of one output of a call, from full tensors (numpy arrays; bf16 as float32).
 
     Args:
@@ -476,16 +483,24 @@ def expected_error(api_name: str, dtype: Any, inputs: Sequence, output: Any, *,
         direction, index, grad_output: a gradient row: which input's gradient, and the output gradient fed.
         input_dtype: the inputs were rounded to this dtype on one side only (``"hf32"``).
         input_rel_error: the inputs already differ by this relative error (e.g. between two runs).
+        cache: one dict passed for every output of the same call: the magnitudes of its inputs (and output
+            gradient) are measured once (keyed by the arrays' identity; keep the arrays alive meanwhile).
     """
+    memo = cache if cache is not None else {}
+
+    def prof(a: Any) -> _Profile:
+        key = id(a)
+        if key not in memo:
+            memo[key] = _profile_array(a)
+        return memo[key]
     arrays = [a for a in inputs if isinstance(a, np.ndarray) or (hasattr(a, "shape") and hasattr(a, "dtype")
                                                                     and not isinstance(a, (str, bytes)))]
-    arrays = [np.asarray(a) for a in arrays]
     out = _profile_array(output)
-    grad = _profile_array(grad_output) if grad_output is not None else None
+    grad = prof(grad_output) if grad_output is not None else None
     n = reduction_length if reduction_length is not None else _length(
         api_name, [a.shape for a in arrays], kwargs, output_shape=out.shape, direction=direction, index=index,
         grad_shape=grad.shape if grad is not None else None)
-    return _model(api_name, dtype, [_profile_array(a) for a in arrays], out, int(n), direction=direction,
+    return _model(api_name, dtype, [prof(a) for a in arrays], out, int(n), direction=direction,
                   index=index, grad=grad, input_dtype=input_dtype, input_rel_error=input_rel_error,
                   source="tensors")
 

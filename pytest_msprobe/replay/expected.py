@@ -33,6 +33,30 @@ def _float_leaves(value: Any) -> list:
     return [_numpy(x) for x in leaves(value) if isinstance(x, torch.Tensor) and x.is_floating_point()]
 
 
+class CallArrays:
+    """A replayed call's floating-point inputs and output gradient as numpy arrays, its non-tensor keyword
+    arguments, and the model's cache of their magnitudes: made once per call for every row that asks."""
+
+    def __init__(self, call: Any) -> None:
+        import torch
+        self.inputs = _float_leaves([list(call.args), dict(call.kwargs)])
+        self.options = {k: v for k, v in call.kwargs.items() if not isinstance(v, torch.Tensor)}
+        grads = _float_leaves(call.grad_output) if call.grad_output is not None else []
+        self.grad = grads[0] if grads else None
+        self.cache: dict = {}
+
+
+_LAST: list = []          # [(call, CallArrays)] of the call being judged; dropped when its rows are done
+
+
+def call_arrays(call: Any) -> CallArrays:
+    """The :class:`CallArrays` of ``call`` (made at its first request, shared by Replay Fidelity and the
+    Error / Expected column)."""
+    if not _LAST or _LAST[0][0] is not call:
+        _LAST[:] = [(call, CallArrays(call))]
+    return _LAST[0][1]
+
+
 def _pairs(name: str, api: str, bench: Any, device: Any, direction: str) -> list:
     from ..precision.standards import FIRST_OUTPUT_ONLY_APIS
     if isinstance(bench, (list, tuple)) and isinstance(device, (list, tuple)):
@@ -42,13 +66,21 @@ def _pairs(name: str, api: str, bench: Any, device: Any, direction: str) -> list
 
 
 def device_multiples(call: Any, bench_out: Any, device_out: Any, bench_grads: list, device_grads: list) -> dict:
-    """{row name: multiple} of every floating-point row both sides produced (rows it cannot judge are absent)."""
+    """{row name: multiple} of every floating-point row both sides produced (rows it cannot judge are absent;
+    whatever goes wrong leaves the column blank, never the check)."""
+    try:
+        return _multiples(call, bench_out, device_out, bench_grads, device_grads)
+    except (RuntimeError, ValueError, TypeError, IndexError, ArithmeticError, MemoryError):
+        return {}
+    finally:
+        _LAST.clear()                           # the last user of the call's arrays
+
+
+def _multiples(call: Any, bench_out: Any, device_out: Any, bench_grads: list, device_grads: list) -> dict:
     import torch
 
     from ..precision import expected_error as ee
-    inputs = _float_leaves([list(call.args), dict(call.kwargs)])
-    options = {k: v for k, v in call.kwargs.items() if not isinstance(v, torch.Tensor)}
-    grad_output = _float_leaves(call.grad_output) if call.grad_output is not None else []
+    arrays = call_arrays(call)
     rows: list = [(*p, fmt.FORWARD) for p in _pairs(call.name, call.api, bench_out, device_out, fmt.FORWARD)]
     rows += [(*p, fmt.BACKWARD) for p in _pairs(call.name, call.api, list(bench_grads), list(device_grads),
                                                  fmt.BACKWARD)] if device_grads else []
@@ -58,9 +90,9 @@ def device_multiples(call: Any, bench_out: Any, device_out: Any, bench_grads: li
                 or not device.is_floating_point() or device.numel() == 0:
             continue
         try:
-            expected = ee.expected_error(call.api, device.dtype, inputs, _numpy(device), kwargs=options,
-                                         direction=direction, index=index,
-                                         grad_output=grad_output[0] if grad_output else None)
+            expected = ee.expected_error(call.api, device.dtype, arrays.inputs, _numpy(device),
+                                         kwargs=arrays.options, direction=direction, index=index,
+                                         grad_output=arrays.grad, cache=arrays.cache)
         except (ValueError, TypeError, IndexError, ArithmeticError):
             continue
         if bench.dtype == device.dtype:          # the bench is a correct run in the same dtype, not the exact one
