@@ -190,9 +190,10 @@ def test_ini_device_type_recorded_and_missing_files_skip(pytester, sample):
 def test_damaged_recorded_file_says_so(pytester, sample):
     """A recorded output that cannot be read is not a blank cell (blank: nothing recorded) but says why."""
     (sample / fmt.TENSOR_DIR / "Functional.gelu.0.forward.output.0.pt").write_bytes(b"not a tensor file")
-    _, out = _run(pytester, sample, "--msprobe-device-type", "cpu", "--msprobe-fidelity", "strict")
+    result, out = _run(pytester, sample, "--msprobe-device-type", "cpu", "--msprobe-fidelity", "strict")
     cell = _details(out)[GELU_OUT][FIDELITY]
     assert cell.startswith("not compared: ") and "Functional.gelu.0" in cell, cell
+    result.assert_outcomes(passed=15)          # strict fails only a replay that differs
 
 
 # --- our own fp16 dump ---------------------------------------------------------------------------------------
