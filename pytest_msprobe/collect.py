@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from . import reference
 from .isolation import RunHooks
 from .precision.verdict import FAILED, SKIPPED, is_failing, item_outcome
 from .replay import CaseResult, data_mode, describe, seed_note, skip_result
@@ -98,6 +99,10 @@ class ApiItem(RunHooks, pytest.Item):
             gpu = sess.gpu_reference().judge(self.name, payload.cells)
             if gpu is None:
                 pytest.skip(f"NPU-vs-GPU compare: {self.name} has no rows in {settings.gpu_csv}")
+        elif settings.reference and payload.cells:
+            gpu = reference.judge(sess, self.case, str(self.path), self.name, payload)
+            if gpu is None:
+                pytest.skip(f"NPU-vs-GPU compare: {self.name} has no rows on the reference {settings.reference}")
         outcome = item_outcome(result.forward, result.backward, fail_on=settings.fail_on,
                                reference=(gpu.forward, gpu.backward) if gpu is not None else None,
                                fidelity=result.fidelity.values(), fidelity_mode=settings.fidelity)

@@ -14,9 +14,9 @@ from typing import Any, Callable
 
 import pytest
 
-from . import resume
+from . import reference, resume
 from .precision.verdict import FAITHFUL, is_unfaithful
-from .report import acc_csv
+from .report import acc_csv, rounding
 from .report.claim import sort_written
 from .report.pairs import held, stop_run
 from .report.standard_detect import mark_data_mode
@@ -59,6 +59,8 @@ class Controller:
         self.order: dict = {}                 # API -> dump position, when workers write out of order
         self.fidelity = Counter()             # replayed outputs compared with the recording: verdict -> count
         self.unfaithful: list = []            # (row name, Replay Fidelity cell) of every unfaithful replay
+        self.rounding: dict = {}              # failing API -> beyond / within the rounding of a correct kernel
+        self.reference_writer: Any = None     # --msprobe-reference: the reference backend's CSV pair
 
     @classmethod
     def for_session(cls, config: Any, sess: Any, plan: resume.ResumePlan, baseline_failing: set,
@@ -225,12 +227,14 @@ class Controller:
             return
         try:
             self.writer.write_rows(data.result, data.rows, mark_data_mode(data.mode or "", self.settings.standard),
-                                   data.fidelity)
+                                   data.fidelity, data.expected)
         except OSError as exc:
             if self.io_error is None:
                 self.io_error = exc
                 stop_run(exc)
             return
+        if data.reference:
+            self._write_reference(data.reference)
         for row_name, text in zip(data.names, data.fidelity):
             if text:
                 self.fidelity[text.split(":")[0].split(" ")[0]] += 1
@@ -244,6 +248,16 @@ class Controller:
                 self.per_standard.setdefault(standard, Counter())[status] += 1
         if data.failing:
             self.worst.append(tuple(data.worst or (data.name, "")))
+            self.rounding[data.name] = data.rounding or ""
+
+    def _write_reference(self, ref: dict) -> None:
+        """The reference backend's rows of one API, into its own CSV pair (``reference.paths``)."""
+        if self.reference_writer is None:
+            result, details = reference.paths(self.plan.details_csv, self.settings.out_dir, self.settings.reference)
+            self.reference_writer = acc_csv.AccCsvWriter(result, details)
+        self.reference_writer.write_rows(ref["result"], ref["rows"],
+                                         mark_data_mode(ref.get("mode") or "", self.settings.standard),
+                                         ref.get("fidelity") or [], ref.get("expected") or [])
 
     # --- hooks: the end ---------------------------------------------------------------------------------------
     def pytest_sessionfinish(self, session: Any, exitstatus: Any) -> None:
@@ -260,6 +274,9 @@ class Controller:
         if exitstatus in ended and self.io_error is None and not (self.hosts is not None and self.hosts.lost):
             resume.mark_finished(self.config, sorted(self.dump_files))
         gpu_csv = self.settings.gpu_csv
+        if self.reference_writer is not None:
+            self.reference_writer.close()
+            gpu_csv = self.reference_writer.details_path
         if gpu_csv and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             session.exitstatus = self._compare_against_gpu(gpu_csv)
 
@@ -314,11 +331,12 @@ class Controller:
                 lines.append(f"  ... {len(self.unfaithful) - 10} more in the details CSV (column Replay Fidelity)")
         if self.worst:
             lines.append(f"APIs failing device vs bench ({len(self.worst)}; the NPU-vs-GPU compare below decides):"
-                         if self.settings.gpu_csv else f"failing APIs ({len(self.worst)}):")
+                         if self.settings.gpu_csv or self.settings.reference else f"failing APIs ({len(self.worst)}):")
             for row, reason in self.worst[:10]:
                 lines.append(f"  {row}: {reason}")
             if len(self.worst) > 10:
                 lines.append(f"  ... {len(self.worst) - 10} more in the result CSV")
+            lines.extend(rounding.summary_lines(self.rounding))
         if self.io_error is not None:
             lines.append(f"stopped: {self.io_error}")
         lines.append(f"result CSV:  {self.plan.result_csv}")

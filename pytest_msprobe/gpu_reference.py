@@ -33,11 +33,16 @@ class GpuReference:
         gpu_rows = self.by_call.get(call)
         if not gpu_rows:
             return None
-        npu = DetailsTable(Path("<this run>"), "NPU",
-                           rows=[dict(zip(DETAILS_HEADER, cells[:len(DETAILS_HEADER)])) for cells in detail_rows])
         gpu = DetailsTable(self.table.path, "GPU", rows=gpu_rows, kinds=self.table.kinds)
-        _, results = compare_tables(npu, gpu, version=self.version)
-        for verdict in results:
-            if verdict.name == call:
-                return verdict
-        return None
+        return judge_tables(call, detail_rows, gpu, self.version)
+
+
+def judge_tables(call: str, detail_rows: list, gpu: DetailsTable, version: str) -> Optional[ApiVerdict]:
+    """The compare's verdict for ``call``: our formatted details rows (the NPU side) against ``gpu``."""
+    npu = DetailsTable(Path("<this run>"), "NPU",
+                       rows=[dict(zip(DETAILS_HEADER, cells[:len(DETAILS_HEADER)])) for cells in detail_rows])
+    _, results = compare_tables(npu, gpu, version=version)
+    for verdict in results:
+        if verdict.name == call:
+            return verdict
+    return None

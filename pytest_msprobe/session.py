@@ -62,6 +62,11 @@ class CheckSession:
         (``recorded`` needs recorded outputs); ValueError naming what to change. A controller whose workers
         are all on other hosts needs no device of its own; one whose workers run here (``in_process`` False)
         checks the device without taking it (nor importing torch for a backend that does not need it)."""
+        if self.settings.reference and runs_calls:
+            try:
+                self.registry().usable(self.settings.reference)
+            except (KeyError, ValueError) as exc:
+                raise ValueError(f"--msprobe-reference: {exc.args[0] if exc.args else exc}") from None
         if runs_calls and in_process:
             backend, _ = self.backend()
         elif runs_calls:

@@ -195,6 +195,10 @@ def add_options(parser: Any) -> None:
     g.addoption("--msprobe-gpu-csv", default=None, metavar="DETAILS_CSV",
                 help="GPU accuracy_checking_details CSV: each API passes or fails by api_precision_compare of "
                      "its rows against the GPU's (msprobe's final verdict); the compare CSVs are written at the end")
+    g.addoption("--msprobe-reference", default=None, metavar="DEVICE_TYPE",
+                help="also run every call on this backend (cpu, or a registered one) in the dumped dtype, and "
+                     "give each API msprobe's final verdict (api_precision_compare) against it in the same run, "
+                     "as --msprobe-gpu-csv would with that backend's details CSV")
     g.addoption("--msprobe-fidelity", choices=FIDELITY_CHOICES, default=None,
                 help=f"replay fidelity (device output vs the recorded one): '{DEFAULT_FIDELITY}' (default) "
                      "writes the Replay Fidelity column; 'strict' also fails every item whose replay differs")
@@ -276,6 +280,7 @@ class Settings:
     examples: int = DEFAULT_EXAMPLES
     edge_values: bool = False
     gpu_csv: str | None = None
+    reference: str | None = None          # --msprobe-reference: the backend of the in-run second opinion
     precision: int = DEFAULT_PRECISION
     host_paths: list = field(default_factory=list)     # (host, controller dir, host dir), --msprobe-host-path
     fidelity: str = DEFAULT_FIDELITY
@@ -332,6 +337,9 @@ class Settings:
         s.examples = opt.msprobe_examples or DEFAULT_EXAMPLES
         s.edge_values = bool(opt.msprobe_edge_values)
         s.gpu_csv = opt.msprobe_gpu_csv
+        s.reference = getattr(opt, "msprobe_reference", None)
+        if s.reference and s.gpu_csv:
+            raise ValueError("--msprobe-reference and --msprobe-gpu-csv both give the final verdict; pass one")
         if s.gpu_csv and not (opt.msprobe_standard or ini("msprobe_standard")):
             from .report.standard_detect import standard_for_gpu_csv
             s.standard, s.standard_reason = standard_for_gpu_csv(s.gpu_csv)

@@ -36,11 +36,15 @@ class ItemPayload:
     seed: int | None
     worst: list                     # [row name, reason] of the row that fails it
     failing: bool                   # whether it fails under --msprobe-fail-on
+    expected: list = field(default_factory=list)   # each details row's Error / Expected cell
+    rounding: str = ""              # a failing API: beyond or within the rounding of a correct kernel
+    reference: dict | None = None   # --msprobe-reference: the reference backend's payload (its wire form)
     cells: list = field(default_factory=list, repr=False)   # the details rows' cells (this process only)
 
     @classmethod
     def of(cls, result: Any, *, fail_on: str, precision: int = DEFAULT_PRECISION) -> ItemPayload:
         """The payload of a :class:`~pytest_msprobe.replay.CaseResult`."""
+        from .replay.expected import multiple_cell, rounding_of
         from .report.acc_csv import detail_cells, result_cells, row_text
         cells = [detail_cells(r, precision=precision) for r in result.details]
         return cls(name=result.name, forward=result.forward, backward=result.backward,
@@ -49,7 +53,9 @@ class ItemPayload:
                    fidelity=[getattr(result, "fidelity", {}).get(r.name, "") for r in result.details],
                    standards=[[str(getattr(r, "standard", "") or ""), str(r.status)] for r in result.details],
                    mode=result.data_mode, kind=result.kind, seed=result.seed, worst=list(result.worst()),
-                   failing=result.failing(fail_on), cells=cells)
+                   failing=result.failing(fail_on),
+                   expected=[multiple_cell(getattr(result, "multiples", {}).get(r.name)) for r in result.details],
+                   rounding=rounding_of(result) if result.failing(fail_on) else "", cells=cells)
 
     @classmethod
     def crash(cls, name: str, reason: str) -> ItemPayload:

@@ -10,7 +10,13 @@ import pytest
 
 from pytest_msprobe.precision.compare import DetailRow, skip_row
 from pytest_msprobe.report import acc_csv
-from pytest_msprobe.report.columns import DATA_MODE_COLUMN, DETAILS_HEADER, FIDELITY_COLUMN, RESULT_HEADER
+from pytest_msprobe.report.columns import (
+    DATA_MODE_COLUMN,
+    DETAILS_HEADER,
+    EXPECTED_COLUMN,
+    FIDELITY_COLUMN,
+    RESULT_HEADER,
+)
 
 
 def _read_bytes(path) -> bytes:
@@ -49,7 +55,7 @@ def test_layout_bom_crlf_headers_and_field_counts(tmp_path):
     with acc_csv.AccCsvWriter(res, det) as w:
         w.write_api(acc_csv.result_cells("Functional.linear.0", "pass", "pass", None),
                     [acc_csv.detail_cells(_pass_row("Functional.linear.0.forward.output.0"))], "real_data",
-                    ["close (max 2 ulp, limit 4)"])
+                    ["close (max 2 ulp, limit 4)"], ["0.37"])
         w.write_api(acc_csv.result_cells("Tensor.add_.0", "pass", None, None), [], "real_data")
         w.write_api(acc_csv.result_cells("VF.lstm.0", "SKIP", "SKIP", "prefix 'VF' is not replayable"),
                     [acc_csv.detail_cells(skip_row("VF.lstm.0.forward.output.0", "prefix 'VF' is not replayable"))],
@@ -61,15 +67,15 @@ def test_layout_bom_crlf_headers_and_field_counts(tmp_path):
     assert b"Tensor.add_.0,pass, \r\n" in raw                    # blank backward is one space
     assert b"VF.lstm.0,SKIP,SKIP,prefix 'VF' is not replayable\r\n" in raw
     draw = _read_bytes(det)
-    assert draw.startswith(b"\xef\xbb\xbf" + ",".join(DETAILS_HEADER + [DATA_MODE_COLUMN, FIDELITY_COLUMN]).encode()
-                           + b"\r\n")
+    extra = [DATA_MODE_COLUMN, FIDELITY_COLUMN, EXPECTED_COLUMN]
+    assert draw.startswith(b"\xef\xbb\xbf" + ",".join(DETAILS_HEADER + extra).encode() + b"\r\n")
     # message with newlines is quoted, with bare LF inside, CRLF only as record terminator
     assert (b'pass,"\nMax abs error is less than 0.001, consider as pass, skip other check and set to SPACE.\n",'
-            b'real_data,"close (max 2 ulp, limit 4)"\r\n') in draw     # a comma: quoted
-    assert draw.endswith(b",prefix 'VF' is not replayable,real_data,\r\n")     # no recording: a blank cell
+            b'real_data,"close (max 2 ulp, limit 4)",0.37\r\n') in draw     # a comma: quoted
+    assert draw.endswith(b",prefix 'VF' is not replayable,real_data,,\r\n")     # no recording, no multiple: blank
     assert b'"(8, 32)",1.00000000000000,1.1826402e-07' not in draw   # python float -> 14 decimals
     header, rows = acc_csv.read_details_csv(det)
-    assert header[-2:] == [DATA_MODE_COLUMN, FIDELITY_COLUMN] and len(rows) == 2
+    assert header[-3:] == [DATA_MODE_COLUMN, FIDELITY_COLUMN, EXPECTED_COLUMN] and len(rows) == 2
     assert rows[0][4] == "1.00000000000000" and rows[0][12] == "0" and rows[0][5] == "0.00000011826402"
     assert rows[1][4:21] == [" "] * 17 and rows[1][21] == "SKIP"
 

@@ -324,7 +324,7 @@ def test_statistics_dump_runs_in_random_mode_reproducibly(pytester, data_dir):
             assert r.forward != "SKIP" or r.message, r
         det = glob.glob(str(pytester.path / f"run{i}" / "accuracy_checking_details_*.csv"))[0]
         outs.append(sorted(acc_csv.read_details_csv(det)[1]))
-        assert all(r[-2:] == ["random_data", ""] for r in outs[-1])       # Data Mode; no recording to judge
+        assert all(r[-3:-1] == ["random_data", ""] for r in outs[-1])    # Data Mode; no recording to judge
     assert outs[0] == outs[1]
 
 
@@ -399,7 +399,7 @@ def test_summary_counts_invalid_entries_apart_from_the_data_modes(project):
     assert result_rows(project.path)["VF.lstm.0"].forward == "SKIP"
     details = glob.glob(str(project.path / "accuracy_checking_details_*.csv"))[0]
     with open(details, encoding="utf-8-sig", newline="") as fh:
-        modes = {r[0]: r[-2] for r in csv.reader(fh)}          # Data Mode, then Replay Fidelity
+        modes = {r[0]: r[-3] for r in csv.reader(fh)}          # Data Mode, Replay Fidelity, Error / Expected
     assert modes["VF.lstm.0.forward.output.0"] == "random_data"      # the CSV's Data Mode column is unchanged
 
 

@@ -125,15 +125,15 @@ def test_real_data_dump_every_call_checked(pytester, dumps):
     # same row form as PyTorch cases: raised bench dtype, dumped device dtype, real data
     assert details["Functional.softmax.0.forward.output.0"][1:3] == ["torch.float64", "torch.float32"]
     assert details["Functional.tanh.0.forward.output.0"][1:3] == ["torch.float32", "torch.float16"]
-    assert details["Functional.softmax.0.forward.output.0"][-2] == "real_data"          # Data Mode
-    assert details["Functional.softmax.0.forward.output.0"][-1] == "exact"              # Replay Fidelity
+    assert details["Functional.softmax.0.forward.output.0"][-3] == "real_data"          # Data Mode
+    assert details["Functional.softmax.0.forward.output.0"][-2] == "exact"              # Replay Fidelity
     # backward: gradients of the positional tensors, fed the dumped output gradient
-    assert details["Tensor.__add__.0.backward.output.1"][-3] != ""          # Message
+    assert details["Tensor.__add__.0.backward.output.1"][-4] != ""          # Message
     assert "Tensor.__mul__.0.backward.output.0" in details
     assert "Tensor.__mul__.0.backward.output.1" not in details      # the scalar factor has no gradient row
     # MindSpore's CPU ReLU6 has no float64 kernel: the bench falls back to float32 and the rows say so
     relu6 = details["Functional.relu6.0.forward.output.0"]
-    assert relu6[1] == "torch.float32" and "float32, not float64" in relu6[-3]
+    assert relu6[1] == "torch.float32" and "float32, not float64" in relu6[-4]
 
 
 def test_statistics_dump_replays_with_random_data(pytester, dumps):
@@ -141,7 +141,7 @@ def test_statistics_dump_replays_with_random_data(pytester, dumps):
     result, results, details = _check(pytester, dumps["statistics"], "--msprobe-examples", "2")
     for name in REPLAYED:
         assert results[name][1:3] == ["pass", "pass"], results[name]
-    assert details["Mint.exp.0.forward.output.0"][-2:] == ["random_data", ""]      # Data Mode; nothing recorded
+    assert details["Mint.exp.0.forward.output.0"][-3:-1] == ["random_data", ""]    # Data Mode; nothing recorded
     assert "failed" not in result.parseoutcomes()
 
 

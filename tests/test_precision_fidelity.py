@@ -193,7 +193,11 @@ def test_reduction_split_like_two_threads_is_within_rounding(dtype):
     assert expected.reduction_length == 4096
     fid = F.compare_expected(replayed, recorded, expected)
     assert fid.verdict in (F.EXACT, F.WITHIN), fid.text
-    assert F.compare_expected(replayed, (replayed.double() * 1.005).to(dtype), expected).verdict == F.DIFFERS
+    # a fault: 0.5% in float32; in bf16, where torch sums these rows in bf16 itself (an error of several
+    # percent over 4096 rows), ten times the threshold of the expected two-run difference
+    rel = 0.005 if dtype == torch.float32 else \
+        10 * ee.WITHIN * expected.pair().mean_abs / replayed.double().abs().mean().item()
+    assert F.compare_expected(replayed, (replayed.double() * (1 + rel)).to(dtype), expected).verdict == F.DIFFERS
 
 
 def test_without_an_estimate_the_ulp_rule_answers():

@@ -17,6 +17,7 @@ import torch  # noqa: F401 - imported before pytester snapshots sys.modules: tor
 
 import generators.inputs  # noqa: F401 - the same, and keeps in-process runs fast
 import pytest_msprobe.precision.compare  # noqa: F401
+import pytest_msprobe.replay.recorded  # noqa: F401 - one NotRecorded class across the in-process runs
 from dumpers import format as fmt
 
 FIDELITY = "Replay Fidelity"
@@ -120,7 +121,7 @@ def test_replay_fidelity_on_the_planted_dump(pytester, sample):
     result, out = _run(pytester, sample, "--msprobe-device-type", "cpu")
     details = _details(out)
     header, _ = _csv(str(out / "accuracy_checking_details_*.csv"))
-    assert header[-2:] == ["Data Mode", FIDELITY]
+    assert header[-3:] == ["Data Mode", FIDELITY, "Error / Expected"]
     differs = {n: r[FIDELITY] for n, r in details.items() if r[FIDELITY].startswith("differs")}
     assert list(differs) == [GELU_OUT], differs        # a GEMM summed in another order is within rounding
     for text in differs.values():
@@ -189,9 +190,10 @@ def test_ini_device_type_recorded_and_missing_files_skip(pytester, sample):
 def test_damaged_recorded_file_says_so(pytester, sample):
     """A recorded output that cannot be read is not a blank cell (blank: nothing recorded) but says why."""
     (sample / fmt.TENSOR_DIR / "Functional.gelu.0.forward.output.0.pt").write_bytes(b"not a tensor file")
-    _, out = _run(pytester, sample, "--msprobe-device-type", "cpu", "--msprobe-fidelity", "strict")
+    result, out = _run(pytester, sample, "--msprobe-device-type", "cpu", "--msprobe-fidelity", "strict")
     cell = _details(out)[GELU_OUT][FIDELITY]
     assert cell.startswith("not compared: ") and "Functional.gelu.0" in cell, cell
+    result.assert_outcomes(passed=15)          # strict fails only a replay that differs
 
 
 # --- our own fp16 dump ---------------------------------------------------------------------------------------

@@ -4,9 +4,8 @@ Part of :mod:`.expected_error` (which re-exports :func:`op_family` and :func:`re
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-
-import numpy as np
 
 # --- op families ---------------------------------------------------------------------------------------------
 GEMM = "gemm"
@@ -69,7 +68,7 @@ def op_family(api_name: str) -> str:
 
 # --- reduction length ------------------------------------------------------------------------------------------
 def _numel(shape: Sequence[int] | None) -> int:
-    return int(np.prod([int(s) for s in shape])) if shape else 1
+    return math.prod(int(s) for s in shape) if shape else 1
 
 
 def _dims(kwargs: Mapping, ndim: int) -> list | None:

@@ -125,13 +125,13 @@ def _expected(api: str, call: Any, value: Any, direction: str, index: int) -> An
     if call is None or not isinstance(value, torch.Tensor) or not value.is_floating_point():
         return None
     try:
-        inputs = _numpy_leaves([list(call.args), dict(call.kwargs)])
-        options = {k: v for k, v in call.kwargs.items() if not isinstance(v, torch.Tensor)}
-        grads = _numpy_leaves(call.grad_output) if direction == BACKWARD else []
+        from .expected import call_arrays
+        m = call_arrays(call)
         hf32 = "hf32" if api in HF32_APIS and value.dtype == torch.float32 else None
-        return ee.expected_error(api, value.dtype, inputs, _numpy_leaves(value)[0], kwargs=options,
-                                 direction=direction, index=index, grad_output=grads[0] if grads else None,
-                                 input_dtype=hf32)
+        return ee.expected_error(api, value.dtype, m.inputs, _numpy_leaves(value)[0], kwargs=m.options,
+                                 direction=direction, index=index,
+                                 grad_output=m.grad if direction == BACKWARD else None, input_dtype=hf32,
+                                 cache=m.cache)
     except (ValueError, TypeError, IndexError, ArithmeticError):
         return None
 
@@ -163,7 +163,8 @@ def fidelity(name: str, api: str, device: Any, mapping: list, recorded: Any, cal
         rec = recorded.get(BACKWARD, pick[0])
         if isinstance(rec, torch.Tensor) and node_grads[pick[0]] is not None:
             value = node_grads[pick[0]]
-            cells[_row(name, BACKWARD, i)] = compare_expected(value, rec, _expected(api, call, value, BACKWARD, i))
+            expected = _expected(api, call, value, BACKWARD, i)
+            cells[_row(name, BACKWARD, i)] = compare_expected(value, rec, expected)
         elif getattr(rec, "damaged", False):
             cells[_row(name, BACKWARD, i)] = not_compared(rec.reason)
     return cells

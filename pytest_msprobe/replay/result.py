@@ -57,6 +57,7 @@ class CaseResult:
     note: str = ""                           # extra text for the pytest report (shrunk example, ...)
     invalid: bool = False                    # an entry the dump cannot replay (counted apart in the summary)
     fidelity: dict = field(default_factory=dict)   # row name -> Replay Fidelity cell (rows with a recording)
+    multiples: dict = field(default_factory=dict)  # row name -> device error / expected error (replay.expected)
 
     @property
     def unfaithful(self) -> list:

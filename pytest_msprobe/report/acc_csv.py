@@ -2,10 +2,11 @@
 
 Layout as msprobe writes them (spec precision-standard.md section 6): UTF-8 with one BOM, comma separated,
 minimal quoting, CRLF records (bare LF inside quoted messages). The result CSV keeps msprobe's four columns
-exactly (a row has three fields unless it carries a Message). The details CSV may carry two extra last
-columns, ``Data Mode`` (``real_data`` / ``random_data``) and ``Replay Fidelity`` (``exact``, ``close (...)``,
-``differs: ...`` or blank, see docs/recorded.md); readers that select columns by name, like msprobe's
-api_precision_compare, ignore them.
+exactly (a row has three fields unless it carries a Message). The details CSV may carry three extra last
+columns, ``Data Mode`` (``real_data`` / ``random_data``), ``Replay Fidelity`` (``exact``, ``within rounding
+(...)``, ``differs (...)`` or blank, see docs/recorded.md) and ``Error / Expected`` (the device's error as a
+multiple of the expected error of the call, docs/expected-error.md); readers that select columns by name, like
+msprobe's api_precision_compare, ignore them.
 
 Crash safety: for each API the details rows are written first and the result row last, each flushed to the
 OS at once, so a killed process leaves whole rows behind and a result row means "this API is complete".
@@ -26,7 +27,8 @@ from dumpers import atomic
 from dumpers.format import parse_row_name
 
 from ..precision.verdict import DEFAULT_FAIL_ON, is_failing  # is_failing: a result row's roll-up, for readers
-from .columns import BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, FIDELITY_COLUMN, RESULT_HEADER
+from .columns import (BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, EXPECTED_COLUMN,
+                      FIDELITY_COLUMN, RESULT_HEADER)
 from dumpers.csvcell import DEFAULT_PRECISION, FORMULA_LEAD, format_cell, safe_text
 from . import pairs
 
@@ -249,8 +251,10 @@ class AccCsvWriter:
         self.precision = precision
         self.data_mode_column = data_mode_column and _has_column(self.details_path, DATA_MODE_COLUMN)
         self.fidelity_column = self.data_mode_column and _has_column(self.details_path, FIDELITY_COLUMN)
+        self.expected_column = self.fidelity_column and _has_column(self.details_path, EXPECTED_COLUMN)
         header = (list(DETAILS_HEADER) + ([DATA_MODE_COLUMN] if self.data_mode_column else [])
-                  + ([FIDELITY_COLUMN] if self.fidelity_column else []))
+                  + ([FIDELITY_COLUMN] if self.fidelity_column else [])
+                  + ([EXPECTED_COLUMN] if self.expected_column else []))
         for p in (self.result_path, self.details_path):
             d = os.path.dirname(os.path.abspath(p))
             try:
@@ -272,14 +276,15 @@ class AccCsvWriter:
         self.rows_written = 0
 
     def write_api(self, result: Sequence[str], details: Iterable[Sequence[str]], data_mode: str = "",
-                  fidelity: Sequence[str] = ()) -> None:
+                  fidelity: Sequence[str] = (), expected: Sequence[str] = ()) -> None:
         """Write one API: its details rows (already formatted cells), then its result row.
 
-        ``fidelity``: the Replay Fidelity cell of each details row, in order (missing ones are blank)."""
-        self.write_rows(result, [row_text(cells) for cells in details], data_mode, fidelity)
+        ``fidelity``: the Replay Fidelity cell of each details row, in order (missing ones are blank);
+        ``expected``: the Error / Expected cell of each details row, likewise."""
+        self.write_rows(result, [row_text(cells) for cells in details], data_mode, fidelity, expected)
 
     def write_rows(self, result: Sequence[str], rows: Sequence[str], data_mode: str = "",
-                   fidelity: Sequence[str] = ()) -> None:
+                   fidelity: Sequence[str] = (), expected: Sequence[str] = ()) -> None:
         """:meth:`write_api` with each details row's cells already rendered by :func:`row_text` (where they
         were computed: a worker sends one string a row, not its 23 cells)."""
         lines = []
@@ -289,6 +294,8 @@ class AccCsvWriter:
                 tail.append(data_mode)
             if self.fidelity_column:
                 tail.append(safe_text(fidelity[i]) if i < len(fidelity) and fidelity[i] else "")
+            if self.expected_column:
+                tail.append(safe_text(expected[i]) if i < len(expected) and expected[i] else "")
             lines.append(_joined(line, tail))
         if self.failed is not None:
             raise self.failed

@@ -22,7 +22,7 @@ METRIC_HEADERS = DETAILS_HEADER[4:4 + len(DETAIL_METRIC_FIELDS)]
 FIELD_OF_HEADER = dict(zip(METRIC_HEADERS, DETAIL_METRIC_FIELDS))
 HEADER_OF_FIELD = dict(zip(DETAIL_METRIC_FIELDS, METRIC_HEADERS))
 __all__ = ["APC_DETAILS_HEADER", "APC_RESULT_HEADER", "BLANK", "DATA_MODE_COLUMN", "DETAILS_HEADER",
-           "FIDELITY_COLUMN",
+           "FIDELITY_COLUMN", "EXPECTED_COLUMN",
            "DETAIL_METRIC_FIELDS", "FIELD_OF_HEADER", "HEADER_OF_FIELD", "METRIC_HEADERS", "RESULT_HEADER"]
 
 APC_RESULT_HEADER = ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
@@ -41,3 +41,6 @@ APC_DETAILS_HEADER = [
 DATA_MODE_COLUMN = "Data Mode"
 # And after it: how the replayed device output compares with the one the dump recorded (docs/recorded.md).
 FIDELITY_COLUMN = "Replay Fidelity"
+# And after it: the device's error against the bench as a multiple of the expected error of the call
+# (docs/expected-error.md): under 2 the rounding of a correct kernel, above it a real difference.
+EXPECTED_COLUMN = "Error / Expected"

@@ -78,6 +78,13 @@ def _column_kind(values: list) -> str:
     return kind if values else "text"
 
 
+def table_from_rows(path: PathLike, side: str, rows: list) -> DetailsTable:
+    """A table of rows already in memory (canonical column -> cell text), typed as :func:`read_details` types
+    a file's columns."""
+    return DetailsTable(Path(path), side, rows=list(rows),
+                        kinds={c: _column_kind([r.get(c, "") for r in rows]) for c in COPIED_COLUMNS})
+
+
 def read_details(path: PathLike, side: str = "NPU") -> DetailsTable:
     """Read an ``accuracy_checking_details_*.csv`` (ours or msprobe's; BOM or not, CRLF or LF).
 

@@ -169,6 +169,15 @@ def _plot_png(views: List[ApiView]) -> Optional[str]:
     return plot_png(views, STATUS_COLOURS)
 
 
+def _rounding_split(views: List[ApiView], details_rows: list) -> Optional[dict]:
+    """Failing APIs beyond / within the rounding of a correct kernel (report/rounding.py), or None."""
+    from .columns import EXPECTED_COLUMN
+    from .rounding import html_split
+    if not details_rows or EXPECTED_COLUMN not in details_rows[0]:
+        return None
+    return html_split(views, EXPECTED_COLUMN)
+
+
 def render_report(result_csv: str, details_csv: Optional[str] = None, out_path: Optional[str] = None, *,
                   dump_dir: Optional[str] = None, compare_csv: Optional[str] = None,
                   title: str = "pytest-msprobe accuracy report",
@@ -195,6 +204,7 @@ def render_report(result_csv: str, details_csv: Optional[str] = None, out_path: 
         columns=([c for c in DETAILS_HEADER if c not in ("API Name", "Message")]
                  + ([FIDELITY_COLUMN] if fidelity else [])),
         fidelity=fidelity,
+        rounding=_rounding_split(views, details_rows),
         labels=METRIC_LABELS, extra=extra or {}, statuses=STATUS_ORDER, failing=(ERROR_KEY, WARNING_KEY),
     )
     if out_path is None:
