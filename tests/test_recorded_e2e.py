@@ -202,7 +202,7 @@ def test_fp16_dump_recorded_matches_the_cpu_replay(pytester, fp16_dump):
     pytester.makeini("[pytest]\n")
     shutil.copytree(fp16_dump[0], pytester.path / "dump")
     dump = pytester.path / "dump"
-    threads = (f"--msprobe-threads={fp16_dump[1]}")
+    threads = (f"--msprobe-threads={fp16_dump[1]}",)
     _, replay = _run(pytester, dump, "--msprobe-device-type", "cpu", *threads)
     _, recorded = _run(pytester, dump, "--msprobe-device-type", "recorded")
     a, b = _details(replay), _details(recorded)
