@@ -444,7 +444,6 @@ class DumpSession:
                 batch = StatBatch(self.md5, self.cache)
                 hook = self._tensor_hook(key)
                 inputs = list_text([item_text(v, batch, False, hook, ("input", i)) for i, v in enumerate(gin)])
-                batch.new_phase()
                 outputs = list_text([item_text(v, batch, True, hook, ("output", i)) for i, v in enumerate(gout)])
                 self.record_text(key, backward_text(inputs, outputs))
                 return
@@ -543,7 +542,6 @@ class DumpSession:
         try:
             if self.with_construct:
                 self.add_construct(key, parent)
-            batch.twins.clear()           # new_phase(): the outputs never share the inputs' reductions
             if isinstance(result, (tuple, list)) and not isinstance(result, torch.Size):
                 values = result
             else:

@@ -46,6 +46,15 @@ def enabled() -> bool:
     return os.environ.get("MSPROBE_DUMP_STAT_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+def version_of(t: torch.Tensor) -> Optional[int]:
+    """The tensor's version counter (bumped by every in-place write, autograd's gradient accumulation
+    included); None for inference tensors, which have none (never cached)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
 def writes_of(api: str) -> int:
     """What a call of ``api`` writes: 0 nothing known, 1 its first argument, 2 every tensor argument."""
     kind = _writes_memo.get(api)
