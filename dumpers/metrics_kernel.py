@@ -1,0 +1,214 @@
+"""The compiled per-chunk pass of the precision metrics (numba, ``cache=True``): every metric group in one loop.
+
+:func:`chunk_pass` reads one chunk of the prepared bench and device arrays once and computes, element by
+element, everything of spec precision-standard.md section 2 that does not depend on the order of the
+elements: counts, NaN-propagating maxima, the masked squares, the kept relative errors (in order), the ULP
+errors and the float64 copies the cosine's dot products read. :mod:`dumpers.metrics_engine` sums those
+arrays with numpy (``np.sum``, ``np.einsum``), so the sums keep numpy's own order and bits.
+
+Every operation is done in float64 and rounded to the numpy type the reference computes it in (float16,
+float32 or float64; each of these is exact: a float64 result of one +, -, * or / of float16/float32 values
+rounds to the same value as the operation in that type), so the numbers are the numpy reference's bit for
+bit. float16 arrays are read as their bits (numba has no float16).
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+# element kinds: what numpy type a value lives in
+F64, F32, F16 = 0, 1, 2
+# metric groups
+LEGACY, BINARY, SMALL, ABSOLUTE, ULP, AGREE, CLASS_MATCH = 1, 2, 4, 8, 16, 32, 64
+# par: eps, t0, t1, t2, sv, sv_atol, a_sv, a_atol, a_rtol, a_hi, ulp_min_eb, ulp_exp, ulp_thr, ulp compute kind
+(P_EPS, P_T0, P_T1, P_T2, P_SV, P_SV_ATOL, P_A_SV, P_A_ATOL, P_A_RTOL, P_A_HI, P_MIN_EB, P_EXP, P_THR,
+ P_KC) = range(14)
+N_PAR = 14
+# cnt: counts
+(C_R0, C_R1, C_R2, C_BIN, C_SV, C_SV_ERR, C_MASKED, C_EBP, C_EBN, C_KEPT, C_INF, C_INF_BAD, C_ASV, C_ASV_ERR,
+ C_NORMAL, C_NORMAL_ERR, C_ULP_ABOVE, C_AGREED, C_MISMATCH) = range(19)
+N_CNT = 19
+# mx: maxima (NaN propagates); each slot starts at -1 ("none yet"), every value it takes is >= 0 or NaN
+M_AE, M_B, M_D, M_RE, M_ULP = range(5)
+N_MAX = 5
+
+
+@intrinsic
+def _as_f32(typingctx, bits):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.uint32), codegen
+
+
+_jit = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy")
+
+
+@_jit
+def _f16_value(h):
+    """float16 bits -> float64, exactly."""
+    sign = -1.0 if h & 0x8000 else 1.0
+    e = (h >> 10) & 0x1f
+    m = h & 0x3ff
+    if e == 0x1f:
+        return sign * math.inf if m == 0 else math.nan
+    if e == 0:
+        return sign * math.ldexp(float(m), -24)
+    return sign * math.ldexp(float(m | 0x400), e - 25)
+
+
+@_jit
+def _to_f16(x):
+    """``x`` rounded to the nearest float16 (ties to even, subnormals, overflow to inf), as float64."""
+    if x == 0.0 or not math.isfinite(x):
+        return x
+    e = math.frexp(x)[1]
+    qe = -24 if e - 11 < -24 else e - 11
+    r = math.ldexp(np.rint(math.ldexp(x, -qe)), qe)
+    return math.copysign(math.inf, r) if abs(r) > 65504.0 else r
+
+
+@_jit
+def _rnd(x, kind):
+    """``x`` (float64) as the numpy type ``kind`` rounds it."""
+    if kind == F64:
+        return x
+    if kind == F32:
+        return np.float64(np.float32(x))
+    return _to_f16(x)
+
+
+@_jit
+def _value(a, i, kind):
+    """Element ``i`` of a float array (float16 ones as their uint16 bits) as float64."""
+    if kind == F16:
+        return _f16_value(np.uint16(a[i]))
+    return np.float64(a[i])
+
+
+@_jit
+def _max_nan(old, x):
+    """The running maximum with numpy's NaN propagation (``old`` < 0: nothing yet)."""
+    if old != old:
+        return old
+    if x != x or old < 0 or x > old:
+        return x
+    return old
+
+
+@_jit
+def _pow2(k):
+    """2**k of an integral k, exactly; inf/nan pass through as exp2 gives them."""
+    if not math.isfinite(k):
+        return math.pow(2.0, k)
+    return math.ldexp(1.0, int(k))
+
+
+@_jit
+def chunk_pass(b, d, kb, kd, flags, par, sq, re, b64, d64, ulp, cnt, mx):
+    """One chunk: ``b``/``d`` bench and device (kinds ``kb``/``kd``), ``flags`` the groups, ``par`` the
+    parameters. Writes ``sq`` (masked squares), ``re`` (kept relative errors, compacted), ``b64``/``d64``
+    (float64 copies for the dot products, agreed non-finite positions zeroed; skipped when empty), ``ulp``
+    (ULP errors); adds to ``cnt`` and ``mx``."""
+    n = b.shape[0]
+    kae = kb if kb < kd else kd                  # numpy's result type of bench and device
+    legacy, binary, small = flags & LEGACY, flags & BINARY, flags & SMALL
+    absolute, ulp_on, agree_on, class_match = flags & ABSOLUTE, flags & ULP, flags & AGREE, flags & CLASS_MATCH
+    need_bp = small or absolute
+    dots = b64.shape[0] > 0
+    eps = par[P_EPS]
+    t0, t1, t2 = par[P_T0], par[P_T1], par[P_T2]
+    sv, sv_atol, a_sv, a_atol, a_rtol, a_hi = (par[P_SV], par[P_SV_ATOL], par[P_A_SV], par[P_A_ATOL],
+                                               par[P_A_RTOL], par[P_A_HI])
+    kc = int(par[P_KC])                         # the ULP compute type
+    min_eb, exp_num, thr = par[P_MIN_EB], par[P_EXP], par[P_THR]
+    kept = 0
+    for i in range(n):
+        bv = _value(b, i, kb)
+        dv = _value(d, i, kd)
+        ae = abs(_rnd(dv - bv, kae))
+        ab = abs(bv)
+        abe = _rnd(ab + eps, kb)
+        r = _rnd(ae / abe, kae)
+        agreed = False
+        if agree_on and (legacy or binary) and not math.isfinite(ae):
+            bt = _rnd(bv, kd)
+            agreed = (dv != dv and bt != bt) or dv == bt
+            cnt[C_AGREED if agreed else C_MISMATCH] += 1
+        if legacy:
+            if agreed:
+                mx[M_D] = _max_nan(mx[M_D], 0.0)
+                mx[M_B] = _max_nan(mx[M_B], 0.0)
+                mx[M_AE] = _max_nan(mx[M_AE], 0.0)
+                cnt[C_R0] += 1
+                cnt[C_R1] += 1
+                cnt[C_R2] += 1
+            else:
+                mx[M_D] = _max_nan(mx[M_D], abs(dv))
+                mx[M_B] = _max_nan(mx[M_B], ab)
+                mx[M_AE] = _max_nan(mx[M_AE], ae)
+                cnt[C_R0] += r < t0
+                cnt[C_R1] += r < t1
+                cnt[C_R2] += r < t2
+            if dots:
+                b64[i] = 0.0 if agreed else bv
+                d64[i] = 0.0 if agreed else dv
+        if binary and bv != dv and not (agreed and dv != dv and bv != bv):
+            cnt[C_BIN] += 1
+        if need_bp:
+            bp = _rnd(bv, kd)
+            fin = math.isfinite(dv) and math.isfinite(bp)
+            if small:
+                s = ab <= sv and fin
+                m = s or not fin
+                cnt[C_SV] += s
+                cnt[C_SV_ERR] += s and ae > sv_atol
+                cnt[C_MASKED] += m
+                sq[i] = 0.0 if m else _rnd(ae * ae, kae)
+                delta = dv - bp
+                cnt[C_EBP] += delta > 0
+                cnt[C_EBN] += delta < 0
+                if not m:
+                    re[kept] = r
+                    kept += 1
+                    mx[M_RE] = _max_nan(mx[M_RE], r)
+            if absolute:
+                s = ab <= a_sv and fin
+                cnt[C_ASV] += s
+                cnt[C_ASV_ERR] += s and ae > a_atol
+                if fin and not s:
+                    cnt[C_NORMAL] += 1
+                    cnt[C_NORMAL_ERR] += r > a_rtol
+                if not fin:
+                    gc = bp if bp != bp else min(max(bp, -a_hi), a_hi)
+                    dc = dv if dv != dv else min(max(dv, -a_hi), a_hi)
+                    kq = kb if kb < kd else kd
+                    ok = _rnd(abs(_rnd(dc - gc, kd)) / abe, kq) <= a_rtol or (dv != dv and gc != gc)
+                    if class_match and math.isinf(bp):
+                        ok = dv == bp
+                    cnt[C_INF] += 1
+                    cnt[C_INF_BAD] += not ok
+        if ulp_on:
+            bc = _rnd(bv, kc)
+            a = abs(bc)
+            eb = 0.0 if bc == 0 else np.floor(_rnd(math.log2(a), kc))
+            eb = eb if eb != eb or eb >= min_eb else min_eb
+            u = abs(_rnd(_rnd(_rnd(dv, kc) - bc, kc) * _rnd(_pow2(exp_num - eb), kc), kc))
+            ulp[i] = u
+            mx[M_ULP] = _max_nan(mx[M_ULP], u)
+            cnt[C_ULP_ABOVE] += u > thr
+    cnt[C_KEPT] += kept
+    return kept
+
+
+@_jit
+def count_unequal(b, d):
+    """``count(b != d)`` of two integer or bool arrays (values compared as numpy compares them)."""
+    c = 0
+    for i in range(b.shape[0]):
+        c += b[i] != d[i]
+    return c
