@@ -23,10 +23,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dumpers import format as fmt
-from dumpers import jsonfast
+from dumpers import json_render
 from dumpers.journal import JournalWriter, read_journal
 from dumpers.torch_dump import PrecisionDebugger
-from dumpers.torch_dump.jsontext import dump_json_text, entry_text
+from dumpers.torch_dump.entry_text import dump_json_text, entry_text
 from dumpers.torch_dump.stats import StatBatch, _cpu_numbers, reductions
 
 DATA = Path(__file__).parent / "data"
@@ -517,7 +517,7 @@ def test_renderer_fast_paths_equal_json_dumps(data):
     obj = data.draw(st.dictionaries(st.sampled_from(["input_args", "input_kwargs", "output", "input"]), tree,
                                     max_size=3))
     level = data.draw(st.integers(0, 3))
-    assert jsonfast.dumps_json_fast(obj, level) == _reference_at(obj, level)
+    assert json_render.dumps_json_fast(obj, level) == _reference_at(obj, level)
 
 
 def test_stack_capture_reuse_matches_a_fresh_walk_for_loops_generators_and_callers(tmp_path):
@@ -574,7 +574,7 @@ def test_finite_tensor_items_render_as_json_dumps_from_the_kept_float_texts(valu
         item = {"type": "torch.Tensor", "dtype": "torch.bfloat16", "shape": [2, 3], "Max": order[0],
                 "Min": order[1], "Mean": order[2], "Norm": order[3], "requires_grad": True}
         for _ in range(2):
-            text = jsonfast.finite_tensor_text("torch.bfloat16", torch.Size([2, 3]), *order, True, 4)
+            text = json_render.finite_tensor_text("torch.bfloat16", torch.Size([2, 3]), *order, True, 4)
             assert text == _reference_at(item, 4)
 
 
@@ -584,11 +584,11 @@ def test_finite_tensor_items_render_as_json_dumps_from_the_kept_float_texts(valu
 def test_stack_json_from_kept_line_texts_equals_json_dumps(groups):
     """stack.json is assembled from each call stack's lines rendered once (kept across steps): the text is
     json.dumps's for the same dict, empty and escaped strings included."""
-    from dumpers.torch_dump.jsontext import lines_text, stack_json_text
+    from dumpers.torch_dump.entry_text import lines_text, stack_json_text
 
     stack = {str(sid): [keys, lines] for sid, (keys, lines) in enumerate(groups)}
     text = stack_json_text([(sid, keys, lines_text(lines)) for sid, (keys, lines) in enumerate(groups)])
-    assert text == jsonfast.dumps_json_fast(stack) == fmt.dumps_json(stack)
+    assert text == json_render.dumps_json_fast(stack) == fmt.dumps_json(stack)
 
 
 def test_renderer_caches_never_confuse_true_with_one():
@@ -598,7 +598,7 @@ def test_renderer_caches_never_confuse_true_with_one():
         for shape in shapes:
             obj = {"output": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": shape, "Max": 1.0,
                                "Min": 0.0, "Mean": 0.5, "Norm": 1.0, "requires_grad": False}]}
-            assert jsonfast.dumps_json_fast(obj, 1) == _reference_at(obj, 1)
+            assert json_render.dumps_json_fast(obj, 1) == _reference_at(obj, 1)
 
 
 def test_process_writer_ring_wraps_waits_and_writes_oversized_tensors_itself(tmp_path):

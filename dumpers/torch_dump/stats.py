@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 
 from dumpers import format as fmt
-from dumpers import jsonfast
+from dumpers import json_render
 from dumpers.torch_dump import stat_kernel
 from dumpers.torch_dump.statcache import FINITE, StatCache, dense_block, version_of
 
@@ -192,7 +192,7 @@ class StatBatch:
     def text(self, t: torch.Tensor, cacheable: bool, level: int) -> str:
         """The dump.json text at ``level`` of the item :meth:`add` makes for ``t``, with the same effects.
 
-        ``t`` is a strided CPU tensor (:func:`dumpers.torch_dump.jsontext.plain_value`). One with ordinary
+        ``t`` is a strided CPU tensor (:func:`dumpers.torch_dump.entry_text.plain_value`). One with ordinary
         statistics (finite floats, integers) is rendered straight from its numbers, without the item
         dict; anything else goes through :meth:`add` and the renderer. This runs for most tensors of a
         step, so it asks the tensor for as few attributes as it can, and its look-up at the top repeats
@@ -211,11 +211,11 @@ class StatBatch:
             if hit is not None:
                 mx, mn, mean, norm, extra = hit
                 if extra is FINITE:      # four finite floats (the one-pass kernel's): the short renderer
-                    text = jsonfast.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
+                    text = json_render.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
                     if text is not None:
                         return text
                 elif extra is None:
-                    text = jsonfast.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
+                    text = json_render.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
                     if text is not None:
                         return text
                 return self._text_of(t, cacheable, level)
@@ -232,21 +232,21 @@ class StatBatch:
             mx, mn, mean, norm = values
             if cacheable:
                 cache.put(t, version, (mx, mn, mean, norm, FINITE))
-            text = jsonfast.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
+            text = json_render.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
             return text if text is not None else self._text_of(t, cacheable, level)
         mx, mn = (v.item() for v in reductions(t.detach() if requires_grad else t, kind))
         mean = norm = None
         if cacheable:
             cache.put(t, version, (mx, mn, mean, norm, None))
-        text = jsonfast.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
+        text = json_render.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
         return text if text is not None else self._text_of(t, cacheable, level)
 
     def _text_of(self, t: torch.Tensor, cacheable: bool, level: int) -> str:
         item = self.add(t, cacheable)
         if self.pending:
             self.resolve()
-        text = jsonfast.tensor_item_text(item, level)
-        return text if text is not None else jsonfast.dumps_json_fast(item, level)
+        text = json_render.tensor_item_text(item, level)
+        return text if text is not None else json_render.dumps_json_fast(item, level)
 
     def resolve(self) -> None:
         """Fill every pending item with one host transfer per device.
