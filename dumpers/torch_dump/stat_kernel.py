@@ -8,7 +8,11 @@ running values per lane: the maximum and the minimum as order-preserving integer
 (so ``-0.0 < 0.0``, as torch orders them), the sum and the sum of squares in float64.
 
 Element ``i`` goes to lane ``i % 32`` and the 32 lanes are combined in one fixed tree, so the numbers do not
-depend on the vector width LLVM or the CPU picks.
+depend on the vector width LLVM or the CPU picks. The loop over whole blocks of 32 is written as LLVM vector
+IR through a numba intrinsic (:func:`_blocks`): numba leaves LLVM's SLP vectoriser off, and a numba loop over
+the lanes keeps them in memory (measured 2-6x slower); the vector form keeps the 32 lanes in registers with
+the same operations per lane (no fused multiply-add), so the bits are the scalar loop's (:func:`_tail` does
+the last partial block the plain way; tests compare both with a numpy copy of the lanes).
 
 * float32, bfloat16, float16: every value and every square is exact in float64 (24, 8 and 11 significant
   bits), so the only roundings are the float64 additions; Mean and Norm are then rounded once to the
@@ -143,17 +147,6 @@ def _lane_f64(typingctx, n):
 
 
 @intrinsic
-def _lane_i32(typingctx, n):
-    """``n`` int32 keys on the stack."""
-    if not isinstance(n, types.IntegerLiteral):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return cgutils.alloca_once(builder, ir.IntType(32), size=n.literal_value)
-    return types.CPointer(types.int32)(n), codegen
-
-
-@intrinsic
 def _lane_i64(typingctx, n):
     """``n`` int64 keys on the stack."""
     if not isinstance(n, types.IntegerLiteral):
@@ -162,6 +155,123 @@ def _lane_i64(typingctx, n):
     def codegen(context, builder, signature, args):
         return cgutils.alloca_once(builder, ir.IntType(64), size=n.literal_value)
     return types.CPointer(types.int64)(n), codegen
+
+
+_I16, _I32, _I64, _F32, _F64 = ir.IntType(16), ir.IntType(32), ir.IntType(64), ir.FloatType(), ir.DoubleType()
+
+
+def _vec(t: Any) -> Any:
+    return ir.VectorType(t, LANES)
+
+
+def _splat(t: Any, v: Any) -> Any:
+    return ir.Constant(_vec(t), [ir.Constant(t, v)] * LANES)
+
+
+def _f16_to_f32(builder: Any, v: Any) -> Any:
+    """float16 bits (a vector of i16) -> float32 values, exactly (subnormals by one exact subtraction)."""
+    h = builder.zext(v, _vec(_I32))
+    em = builder.shl(builder.and_(h, _splat(_I32, 0x7fff)), _splat(_I32, 13))
+    e = builder.and_(em, _splat(_I32, 0x0f800000))
+    magic = ir.Constant(_vec(_F32), [ir.Constant(_F32, float(np.uint32(113 << 23).view(np.float32)))] * LANES)
+    sub = builder.bitcast(builder.fsub(builder.bitcast(builder.add(em, _splat(_I32, 113 << 23)), _vec(_F32)), magic),
+                          _vec(_I32))
+    normal = builder.select(builder.icmp_unsigned("==", e, _splat(_I32, 0)), sub,
+                            builder.add(em, _splat(_I32, 112 << 23)))
+    r = builder.select(builder.icmp_unsigned("==", e, _splat(_I32, 0x0f800000)),
+                       builder.add(em, _splat(_I32, 224 << 23)), normal)
+    r = builder.or_(r, builder.shl(builder.and_(h, _splat(_I32, 0x8000)), _splat(_I32, 16)))
+    return builder.bitcast(r, _vec(_F32))
+
+
+@intrinsic
+def _blocks(typingctx, x, nblocks, code, sums, keys):
+    """The whole blocks of ``LANES`` elements of ``x`` (the dtype's bits) added to the lanes, written as vector
+    IR so that the lanes stay in vector registers (numba leaves LLVM's SLP vectoriser off). ``sums``: float64
+    [sum, sum of squares, and for float64 their compensations], ``keys``: int64 [max key, min key], each
+    ``LANES`` long, read and written back. Element ``j`` of a block goes to lane ``j``, each lane adds in
+    element order with the scalar code's operations (no fused multiply-add), so the bits are the scalar loop's.
+    """
+    if not isinstance(code, types.IntegerLiteral):
+        return None
+    c, width = code.literal_value, x.dtype.bitwidth
+
+    def codegen(context, builder, signature, args):
+        xa, nb, _, sa, ka = args
+        xp = context.make_array(signature.args[0])(context, builder, xa).data
+        sp = context.make_array(signature.args[3])(context, builder, sa).data
+        kp = context.make_array(signature.args[4])(context, builder, ka).data
+        ity, kty = ir.IntType(width), (_I64 if width == 64 else _I32)
+        n_sums = 4 if width == 64 else 2
+
+        def slot(ptr, i, t):
+            return builder.bitcast(builder.gep(ptr, [ir.Constant(_I64, i * LANES)]), _vec(t).as_pointer())
+
+        init = [builder.load(slot(sp, i, _F64), align=8) for i in range(n_sums)]
+        init += [builder.load(slot(kp, i, _I64), align=8) for i in range(2)]
+        if kty is _I32:
+            init[-2:] = [builder.trunc(v, _vec(_I32)) for v in init[-2:]]
+        pre = builder.block
+        loop, after = builder.append_basic_block("blocks"), builder.append_basic_block("blocks.end")
+        builder.cbranch(builder.icmp_signed(">", nb, ir.Constant(_I64, 0)), loop, after)
+        builder.position_at_end(loop)
+        i = builder.phi(_I64)
+        acc = [builder.phi(v.type) for v in init]
+        v = builder.load(builder.bitcast(builder.gep(xp, [builder.mul(i, ir.Constant(_I64, LANES))]),
+                                         _vec(ity).as_pointer()), align=width // 8)
+        k = builder.xor(v, builder.and_(builder.ashr(v, _splat(ity, width - 1)), _splat(ity, (1 << (width - 1)) - 1)))
+        if width == 16:
+            k = builder.sext(k, _vec(_I32))
+            if c == 1:
+                f = builder.bitcast(builder.shl(builder.zext(v, _vec(_I32)), _splat(_I32, 16)), _vec(_F32))
+            else:
+                f = _f16_to_f32(builder, v)
+            d = builder.fpext(f, _vec(_F64))
+        elif width == 32:
+            d = builder.fpext(builder.bitcast(v, _vec(_F32)), _vec(_F64))
+        else:
+            d = builder.bitcast(v, _vec(_F64))
+        p = builder.fmul(d, d)
+        hi, lo = acc[-2:]
+        new_keys = [builder.select(builder.icmp_signed(">", k, hi), k, hi),
+                    builder.select(builder.icmp_signed("<", k, lo), k, lo)]
+        if width == 64:             # Neumaier: c += |s| >= |x| ? (s - t) + x : (x - t) + s, then s = t
+            def fabs(args):             # clear the sign bit
+                bits = builder.bitcast(args[0], _vec(_I64))
+                return builder.bitcast(builder.and_(bits, _splat(_I64, (1 << 63) - 1)), _vec(_F64))
+            s, q, cs, cq = acc[:4]
+            ts, tq = builder.fadd(s, d), builder.fadd(q, p)
+            big = builder.fcmp_ordered(">=", fabs([s]), fabs([d]))
+            cs2 = builder.fadd(cs, builder.select(big, builder.fadd(builder.fsub(s, ts), d),
+                                                  builder.fadd(builder.fsub(d, ts), s)))
+            bigq = builder.fcmp_ordered(">=", q, p)
+            cq2 = builder.fadd(cq, builder.select(bigq, builder.fadd(builder.fsub(q, tq), p),
+                                                  builder.fadd(builder.fsub(p, tq), q)))
+            new = [ts, tq, cs2, cq2] + new_keys
+        else:
+            new = [builder.fadd(acc[0], d), builder.fadd(acc[1], p)] + new_keys
+        i2 = builder.add(i, ir.Constant(_I64, 1))
+        i.add_incoming(ir.Constant(_I64, 0), pre)
+        i.add_incoming(i2, loop)
+        for phi, a, b in zip(acc, init, new):
+            phi.add_incoming(a, pre)
+            phi.add_incoming(b, loop)
+        builder.cbranch(builder.icmp_signed("<", i2, nb), loop, after)
+        builder.position_at_end(after)
+        final = []
+        for a, b in zip(init, new):
+            phi = builder.phi(a.type)
+            phi.add_incoming(a, pre)
+            phi.add_incoming(b, loop)
+            final.append(phi)
+        if kty is _I32:
+            final[-2:] = [builder.sext(v, _vec(_I64)) for v in final[-2:]]
+        for idx in range(n_sums):
+            builder.store(final[idx], slot(sp, idx, _F64), align=8)
+        for idx in range(2):
+            builder.store(final[n_sums + idx], slot(kp, idx, _I64), align=8)
+        return context.get_dummy_value()
+    return types.none(x, nblocks, code, sums, keys), codegen
 
 
 _jit = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy")
@@ -221,56 +331,87 @@ def _key32(b):
 
 
 @_jit
-def _stats_narrow(x, code, lanes, out):
-    """float32 (uint32 bits), bfloat16 and float16 (uint16 bits): plain float64 lane sums.
-
-    ``lanes`` is :data:`LANES`, passed at run time so that LLVM vectorises the loop over the lanes instead
-    of unrolling it into scalars.
-    """
-    n = x.shape[0]
-    s = numba.carray(_lane_f64(LANES), (LANES,))
-    q = numba.carray(_lane_f64(LANES), (LANES,))
-    hi = numba.carray(_lane_i32(LANES), (LANES,))
-    lo = numba.carray(_lane_i32(LANES), (LANES,))
-    for j in range(lanes):
-        s[j], q[j], hi[j], lo[j] = 0.0, 0.0, np.iinfo(np.int32).min, np.iinfo(np.int32).max
-    blocks = n // lanes
-    for blk in range(blocks):
-        base = blk * lanes
-        for j in range(lanes):
-            b = x[base + j]
-            k = _key16(b) if x.itemsize == 2 else _key32(b)
-            d = _value(b, code)
-            h, m = hi[j], lo[j]
-            hi[j] = k if k > h else h
-            lo[j] = k if k < m else m
-            s[j] += d
-            q[j] += d * d
-    for j in range(n - blocks * lanes):
-        b = x[blocks * lanes + j]
-        k = _key16(b) if x.itemsize == 2 else _key32(b)
+def _tail(x, code, start, sums, keys):
+    """The elements after the last whole block: element ``start + j`` to lane ``j``, scalar."""
+    for j in range(x.shape[0] - start):
+        b = x[start + j]
+        if x.itemsize == 2:
+            k = np.int64(_key16(b))
+        elif x.itemsize == 4:
+            k = np.int64(_key32(b))
+        else:
+            k = np.int64(b)
+            k = k ^ ((k >> 63) & np.int64(0x7fffffffffffffff))
         d = _value(b, code)
-        hi[j] = max(hi[j], k)
-        lo[j] = min(lo[j], k)
-        s[j] += d
-        q[j] += d * d
-    w = LANES // 2
+        keys[j] = max(keys[j], k)
+        keys[LANES + j] = min(keys[LANES + j], k)
+        p = d * d
+        if code == 3:
+            for at, x_ in ((0, d), (LANES, p)):
+                acc = sums[at + j]
+                t = acc + x_
+                sums[2 * LANES + at + j] += (acc - t) + x_ if abs(acc) >= abs(x_) else (x_ - t) + acc
+                sums[at + j] = t
+        else:
+            sums[j] += d
+            sums[LANES + j] += p
+
+
+@_jit
+def _stats(x, code, out):
+    """Max, Min, Mean, Norm of ``x`` (the dtype's bits; code 0 float32, 1 bfloat16, 2 float16, 3 float64)
+    into ``out``; 1 when they are finite, else 0."""
+    numba.literally(code)
+    n = x.shape[0]
+    sums = numba.carray(_lane_f64(128), (4 * LANES,))          # sum, sum of squares, their compensations
+    keys = numba.carray(_lane_i64(64), (2 * LANES,))           # max key, min key
+    wide = x.itemsize == 8              # keys of narrower data live in 32-bit lanes
+    for j in range(LANES):
+        sums[j] = sums[LANES + j] = sums[2 * LANES + j] = sums[3 * LANES + j] = 0.0
+        keys[j] = np.iinfo(np.int64).min if wide else np.iinfo(np.int32).min
+        keys[LANES + j] = np.iinfo(np.int64).max if wide else np.iinfo(np.int32).max
+    blocks = n // LANES
+    _blocks(x, blocks, code, sums, keys)
+    _tail(x, code, blocks * LANES, sums, keys)
+    hk, lk = keys[0], keys[LANES]
+    for j in range(LANES):
+        hk, lk = max(hk, keys[j]), min(lk, keys[LANES + j])
+    if code == 3:
+        S, CS, Q, CQ = 0.0, 0.0, 0.0, 0.0
+        for j in range(LANES):
+            t = S + sums[j]
+            CS += (S - t) + sums[j] if abs(S) >= abs(sums[j]) else (sums[j] - t) + S
+            S = t
+            t = Q + sums[LANES + j]
+            CQ += (Q - t) + sums[LANES + j] if Q >= sums[LANES + j] else (sums[LANES + j] - t) + Q
+            Q = t
+        for j in range(LANES):
+            CS += sums[2 * LANES + j]
+            CQ += sums[3 * LANES + j]
+        S += CS
+        Q += CQ
+        out[0] = _as_f64(np.uint64(hk ^ ((hk >> 63) & np.int64(0x7fffffffffffffff))))
+        out[1] = _as_f64(np.uint64(lk ^ ((lk >> 63) & np.int64(0x7fffffffffffffff))))
+        if not (math.isfinite(S) and math.isfinite(Q)):
+            return 0
+        out[2], out[3] = S / n, math.sqrt(Q)
+        return 1 if math.isfinite(out[3]) else 0
+    w = LANES // 2                    # the fixed tree over the lanes
     while w >= 1:
         for j in range(w):
-            s[j] += s[j + w]
-            q[j] += q[j + w]
-            hi[j] = max(hi[j], hi[j + w])
-            lo[j] = min(lo[j], lo[j + w])
+            sums[j] += sums[j + w]
+            sums[LANES + j] += sums[LANES + j + w]
         w //= 2
-    if x.itemsize == 2:     # the keys back to bits (the key map is its own inverse)
-        out[0] = _value(np.uint16(_key16(np.uint16(hi[0] & 0xffff)) & 0xffff), code)
-        out[1] = _value(np.uint16(_key16(np.uint16(lo[0] & 0xffff)) & 0xffff), code)
+    if x.itemsize == 2:               # the keys back to bits (the key map is its own inverse)
+        out[0] = _value(np.uint16(_key16(np.uint16(hk & 0xffff)) & 0xffff), code)
+        out[1] = _value(np.uint16(_key16(np.uint16(lk & 0xffff)) & 0xffff), code)
     else:
-        out[0] = _value(np.uint32(_key32(np.uint32(hi[0] & 0xffffffff)) & 0xffffffff), code)
-        out[1] = _value(np.uint32(_key32(np.uint32(lo[0] & 0xffffffff)) & 0xffffffff), code)
-    if not (math.isfinite(s[0]) and math.isfinite(q[0])):
+        out[0] = _value(np.uint32(_key32(np.uint32(hk & 0xffffffff)) & 0xffffffff), code)
+        out[1] = _value(np.uint32(_key32(np.uint32(lk & 0xffffffff)) & 0xffffffff), code)
+    S, Q = sums[0], sums[LANES]
+    if not (math.isfinite(S) and math.isfinite(Q)):
         return 0
-    mean, norm = s[0] / n, math.sqrt(q[0])
+    mean, norm = S / n, math.sqrt(Q)
     if code == 0:
         out[2], out[3] = np.float64(np.float32(mean)), np.float64(np.float32(norm))
     elif code == 1:
@@ -281,88 +422,30 @@ def _stats_narrow(x, code, lanes, out):
     return 1 if math.isfinite(out[3]) else 0
 
 
-@_jit
-def _stats_f64(x, lanes, out):
-    """float64 (uint64 bits): Neumaier-compensated lane sums."""
-    n = x.shape[0]
-    kmask = np.int64(0x7fffffffffffffff)
-    hi = numba.carray(_lane_i64(LANES), (LANES,))
-    lo = numba.carray(_lane_i64(LANES), (LANES,))
-    s = numba.carray(_lane_f64(LANES), (LANES,))
-    cs = numba.carray(_lane_f64(LANES), (LANES,))
-    q = numba.carray(_lane_f64(LANES), (LANES,))
-    cq = numba.carray(_lane_f64(LANES), (LANES,))
-    for j in range(lanes):
-        hi[j], lo[j] = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-        s[j], cs[j], q[j], cq[j] = 0.0, 0.0, 0.0, 0.0
-    blocks = n // lanes
-    for blk in range(blocks + 1):
-        base = blk * lanes
-        for j in range(lanes if blk < blocks else n - base):
-            b = x[base + j]
-            k = np.int64(b)
-            k = k ^ ((k >> 63) & kmask)
-            h, m = hi[j], lo[j]
-            hi[j] = k if k > h else h
-            lo[j] = k if k < m else m
-            d = _as_f64(b)
-            p = d * d
-            a = s[j]
-            t = a + d
-            cs[j] += (a - t) + d if abs(a) >= abs(d) else (d - t) + a
-            s[j] = t
-            a = q[j]
-            t = a + p
-            cq[j] += (a - t) + p if a >= p else (p - t) + a
-            q[j] = t
-    S, CS, Q, CQ = 0.0, 0.0, 0.0, 0.0
-    for j in range(LANES):
-        t = S + s[j]
-        CS += (S - t) + s[j] if abs(S) >= abs(s[j]) else (s[j] - t) + S
-        S = t
-        t = Q + q[j]
-        CQ += (Q - t) + q[j] if Q >= q[j] else (q[j] - t) + Q
-        Q = t
-        hi[0] = max(hi[0], hi[j])
-        lo[0] = min(lo[0], lo[j])
-    for j in range(LANES):
-        CS += cs[j]
-        CQ += cq[j]
-    out[0] = _as_f64(np.uint64(hi[0] ^ ((hi[0] >> 63) & kmask)))
-    out[1] = _as_f64(np.uint64(lo[0] ^ ((lo[0] >> 63) & kmask)))
-    S += CS
-    Q += CQ
-    if not (math.isfinite(S) and math.isfinite(Q)):
-        return 0
-    out[2] = S / n
-    out[3] = math.sqrt(Q)
-    return 1 if math.isfinite(out[3]) else 0
-
-
 _OUT = types.CPointer(types.float64)
 
 
-_SIG16 = types.int32(types.CPointer(types.uint16), types.intp, types.intp, _OUT)
+_SIG16 = types.int32(types.CPointer(types.uint16), types.intp, _OUT)
 
 
 @numba.cfunc(_SIG16, cache=True, nogil=True)
-def _entry_bf16(p, n, lanes, op):      # pragma: no cover - runs compiled (numba), not as Python
-    return _stats_narrow(numba.carray(p, (n,)), 1, lanes, numba.carray(op, (4,)))
+def _entry_bf16(p, n, op):      # pragma: no cover - runs compiled (numba), not as Python
+    return _stats(numba.carray(p, (n,)), 1, numba.carray(op, (4,)))
 
 
 @numba.cfunc(_SIG16, cache=True, nogil=True)
-def _entry_f16(p, n, lanes, op):      # pragma: no cover - runs compiled (numba), not as Python
-    return _stats_narrow(numba.carray(p, (n,)), 2, lanes, numba.carray(op, (4,)))
+def _entry_f16(p, n, op):      # pragma: no cover - runs compiled (numba), not as Python
+    return _stats(numba.carray(p, (n,)), 2, numba.carray(op, (4,)))
 
 
-@numba.cfunc(types.int32(types.CPointer(types.uint32), types.intp, types.intp, _OUT), cache=True, nogil=True)
-def _entry_f32(p, n, lanes, op):      # pragma: no cover - runs compiled (numba), not as Python
-    return _stats_narrow(numba.carray(p, (n,)), 0, lanes, numba.carray(op, (4,)))
+@numba.cfunc(types.int32(types.CPointer(types.uint32), types.intp, _OUT), cache=True, nogil=True)
+def _entry_f32(p, n, op):      # pragma: no cover - runs compiled (numba), not as Python
+    return _stats(numba.carray(p, (n,)), 0, numba.carray(op, (4,)))
 
 
-@numba.cfunc(types.int32(types.CPointer(types.uint64), types.intp, types.intp, _OUT), cache=True, nogil=True)
-def _entry_f64(p, n, lanes, op):      # pragma: no cover - runs compiled (numba), not as Python
-    return _stats_f64(numba.carray(p, (n,)), lanes, numba.carray(op, (4,)))
+@numba.cfunc(types.int32(types.CPointer(types.uint64), types.intp, _OUT), cache=True, nogil=True)
+def _entry_f64(p, n, op):      # pragma: no cover - runs compiled (numba), not as Python
+    return _stats(numba.carray(p, (n,)), 3, numba.carray(op, (4,)))
 
 
 def summarize_bits(bits: np.ndarray, dtype: str) -> Optional[list]:
@@ -370,21 +453,12 @@ def summarize_bits(bits: np.ndarray, dtype: str) -> Optional[list]:
     finite."""
     out = np.zeros(4)
     code = DTYPES[dtype][0]
-    ok = _stats_f64(bits, LANES, out) if code == 3 else _stats_narrow(bits, code, LANES, out)
+    ok = _stats(bits, code, out)
     return [float(v) for v in out] if ok else None
 
 
 def _build() -> dict:
     """dtype name -> ``(address, n, out_address) -> ok``: the numba C callbacks, called through ctypes."""
-    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_ssize_t, ctypes.c_void_p)
-    entries = {}
-    for name, compiled in (("bfloat16", _entry_bf16), ("float16", _entry_f16), ("float32", _entry_f32),
-                           ("float64", _entry_f64)):
-        entries[name] = _bound(proto(compiled.address))
-    return entries
-
-
-def _bound(call: Any) -> Any:
-    def entry(address: int, n: int, out: int, _call: Any = call, _lanes: int = LANES) -> int:
-        return _call(address, n, _lanes, out)
-    return entry
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_void_p)
+    return {name: proto(compiled.address) for name, compiled in (
+        ("bfloat16", _entry_bf16), ("float16", _entry_f16), ("float32", _entry_f32), ("float64", _entry_f64))}
