@@ -46,6 +46,7 @@ def _as_f32(typingctx, bits):
 
 
 _jit = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy")
+_inline = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy", inline="always")
 
 
 @_jit
@@ -72,7 +73,7 @@ def _to_f16(x):
     return math.copysign(math.inf, r) if abs(r) > 65504.0 else r
 
 
-@_jit
+@_inline
 def _rnd(x, kind):
     """``x`` (float64) as the numpy type ``kind`` rounds it."""
     if kind == F64:
@@ -82,7 +83,7 @@ def _rnd(x, kind):
     return _to_f16(x)
 
 
-@_jit
+@_inline
 def _value(a, i, kind):
     """Element ``i`` of a float array (float16 ones as their uint16 bits) as float64."""
     if kind == F16:
@@ -90,14 +91,38 @@ def _value(a, i, kind):
     return np.float64(a[i])
 
 
-@_jit
-def _max_nan(old, x):
-    """The running maximum with numpy's NaN propagation (``old`` < 0: nothing yet)."""
-    if old != old:
-        return old
-    if x != x or old < 0 or x > old:
-        return x
-    return old
+@intrinsic
+def _bits(typingctx, value):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _from_bits(typingctx, bits):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.int64), codegen
+
+
+@_inline
+def _key(x):
+    """An order key of a value >= 0 or NaN: its bits with the sign cleared. Every NaN's key is above
+    inf's, so the maximum of the keys is numpy's NaN-propagating maximum, as an integer maximum (which,
+    unlike a NaN-aware float maximum, does not serialise the loop)."""
+    return _bits(abs(x))
+
+
+@_inline
+def _start(m):
+    """The key of a running maximum (-1.0: nothing seen yet -> key -1)."""
+    return np.int64(-1) if m < 0 else _key(m)
+
+
+@_inline
+def _unkey(k):
+    """A running maximum's key back to its value; -1 (nothing seen) stays -1.0."""
+    return -1.0 if k < 0 else _from_bits(k)
 
 
 @_jit
@@ -115,6 +140,9 @@ def chunk_pass(b, d, kb, kd, flags, par, sq, re, b64, d64, ulp, cnt, mx):
     (float64 copies for the dot products, agreed non-finite positions zeroed; skipped when empty), ``ulp``
     (ULP errors); adds to ``cnt`` and ``mx``."""
     n = b.shape[0]
+    # the kinds follow from the arrays' element types, so they are constants of each compiled version
+    kb = F16 if b.itemsize == 2 else (F32 if b.itemsize == 4 else F64)
+    kd = F16 if d.itemsize == 2 else (F32 if d.itemsize == 4 else F64)
     kae = kb if kb < kd else kd                  # numpy's result type of bench and device
     legacy, binary, small = flags & LEGACY, flags & BINARY, flags & SMALL
     absolute, ulp_on, agree_on, class_match = flags & ABSOLUTE, flags & ULP, flags & AGREE, flags & CLASS_MATCH
@@ -126,7 +154,11 @@ def chunk_pass(b, d, kb, kd, flags, par, sq, re, b64, d64, ulp, cnt, mx):
                                                par[P_A_RTOL], par[P_A_HI])
     kc = int(par[P_KC])                         # the ULP compute type
     min_eb, exp_num, thr = par[P_MIN_EB], par[P_EXP], par[P_THR]
-    kept = 0
+    # counts and maxima in locals (registers), added to cnt/mx once at the end
+    r0 = r1 = r2 = n_bin = n_sv = sv_err = masked = ebp = ebn = kept = 0
+    n_inf = inf_bad = n_asv = asv_err = n_normal = normal_err = ulp_above = n_agreed = n_mismatch = 0
+    k_ae, k_b, k_d = _start(mx[M_AE]), _start(mx[M_B]), _start(mx[M_D])
+    k_re, k_ulp = _start(mx[M_RE]), _start(mx[M_ULP])
     for i in range(n):
         bv = _value(b, i, kb)
         dv = _value(d, i, kd)
@@ -138,51 +170,50 @@ def chunk_pass(b, d, kb, kd, flags, par, sq, re, b64, d64, ulp, cnt, mx):
         if agree_on and (legacy or binary) and not math.isfinite(ae):
             bt = _rnd(bv, kd)
             agreed = (dv != dv and bt != bt) or dv == bt
-            cnt[C_AGREED if agreed else C_MISMATCH] += 1
+            if agreed:
+                n_agreed += 1
+            else:
+                n_mismatch += 1
         if legacy:
             if agreed:
-                mx[M_D] = _max_nan(mx[M_D], 0.0)
-                mx[M_B] = _max_nan(mx[M_B], 0.0)
-                mx[M_AE] = _max_nan(mx[M_AE], 0.0)
-                cnt[C_R0] += 1
-                cnt[C_R1] += 1
-                cnt[C_R2] += 1
+                k_d, k_b, k_ae = max(k_d, 0), max(k_b, 0), max(k_ae, 0)
+                r0 += 1
+                r1 += 1
+                r2 += 1
             else:
-                mx[M_D] = _max_nan(mx[M_D], abs(dv))
-                mx[M_B] = _max_nan(mx[M_B], ab)
-                mx[M_AE] = _max_nan(mx[M_AE], ae)
-                cnt[C_R0] += r < t0
-                cnt[C_R1] += r < t1
-                cnt[C_R2] += r < t2
+                k_d, k_b, k_ae = max(k_d, _key(dv)), max(k_b, _key(ab)), max(k_ae, _key(ae))
+                r0 += r < t0
+                r1 += r < t1
+                r2 += r < t2
             if dots:
                 b64[i] = 0.0 if agreed else bv
                 d64[i] = 0.0 if agreed else dv
         if binary and bv != dv and not (agreed and dv != dv and bv != bv):
-            cnt[C_BIN] += 1
+            n_bin += 1
         if need_bp:
             bp = _rnd(bv, kd)
             fin = math.isfinite(dv) and math.isfinite(bp)
             if small:
                 s = ab <= sv and fin
                 m = s or not fin
-                cnt[C_SV] += s
-                cnt[C_SV_ERR] += s and ae > sv_atol
-                cnt[C_MASKED] += m
+                n_sv += s
+                sv_err += s and ae > sv_atol
+                masked += m
                 sq[i] = 0.0 if m else _rnd(ae * ae, kae)
                 delta = dv - bp
-                cnt[C_EBP] += delta > 0
-                cnt[C_EBN] += delta < 0
+                ebp += delta > 0
+                ebn += delta < 0
                 if not m:
                     re[kept] = r
                     kept += 1
-                    mx[M_RE] = _max_nan(mx[M_RE], r)
+                    k_re = max(k_re, _key(r))
             if absolute:
                 s = ab <= a_sv and fin
-                cnt[C_ASV] += s
-                cnt[C_ASV_ERR] += s and ae > a_atol
+                n_asv += s
+                asv_err += s and ae > a_atol
                 if fin and not s:
-                    cnt[C_NORMAL] += 1
-                    cnt[C_NORMAL_ERR] += r > a_rtol
+                    n_normal += 1
+                    normal_err += r > a_rtol
                 if not fin:
                     gc = bp if bp != bp else min(max(bp, -a_hi), a_hi)
                     dc = dv if dv != dv else min(max(dv, -a_hi), a_hi)
@@ -190,8 +221,8 @@ def chunk_pass(b, d, kb, kd, flags, par, sq, re, b64, d64, ulp, cnt, mx):
                     ok = _rnd(abs(_rnd(dc - gc, kd)) / abe, kq) <= a_rtol or (dv != dv and gc != gc)
                     if class_match and math.isinf(bp):
                         ok = dv == bp
-                    cnt[C_INF] += 1
-                    cnt[C_INF_BAD] += not ok
+                    n_inf += 1
+                    inf_bad += not ok
         if ulp_on:
             bc = _rnd(bv, kc)
             a = abs(bc)
@@ -199,9 +230,16 @@ def chunk_pass(b, d, kb, kd, flags, par, sq, re, b64, d64, ulp, cnt, mx):
             eb = eb if eb != eb or eb >= min_eb else min_eb
             u = abs(_rnd(_rnd(_rnd(dv, kc) - bc, kc) * _rnd(_pow2(exp_num - eb), kc), kc))
             ulp[i] = u
-            mx[M_ULP] = _max_nan(mx[M_ULP], u)
-            cnt[C_ULP_ABOVE] += u > thr
-    cnt[C_KEPT] += kept
+            k_ulp = max(k_ulp, _key(u))
+            ulp_above += u > thr
+    for slot, value in ((C_R0, r0), (C_R1, r1), (C_R2, r2), (C_BIN, n_bin), (C_SV, n_sv), (C_SV_ERR, sv_err),
+                        (C_MASKED, masked), (C_EBP, ebp), (C_EBN, ebn), (C_KEPT, kept), (C_INF, n_inf),
+                        (C_INF_BAD, inf_bad), (C_ASV, n_asv), (C_ASV_ERR, asv_err), (C_NORMAL, n_normal),
+                        (C_NORMAL_ERR, normal_err), (C_ULP_ABOVE, ulp_above), (C_AGREED, n_agreed),
+                        (C_MISMATCH, n_mismatch)):
+        cnt[slot] += value
+    mx[M_AE], mx[M_B], mx[M_D] = _unkey(k_ae), _unkey(k_b), _unkey(k_d)
+    mx[M_RE], mx[M_ULP] = _unkey(k_re), _unkey(k_ulp)
     return kept
 
 
