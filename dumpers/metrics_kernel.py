@@ -125,12 +125,28 @@ def _unkey(k):
     return -1.0 if k < 0 else _from_bits(k)
 
 
-@_jit
+@_inline
 def _pow2(k):
     """2**k of an integral k, exactly; inf/nan pass through as exp2 gives them."""
+    if -1022.0 <= k <= 1023.0:          # a normal float64: its exponent field alone
+        return _from_bits(np.int64(k + 1023) << 52)
     if not math.isfinite(k):
         return math.pow(2.0, k)
     return math.ldexp(1.0, int(k))
+
+
+@_inline
+def _floor_log2(a, kc):
+    """``floor(log2(a))`` with ``log2`` rounded to the compute type, as numpy computes it, for ``a > 0``.
+
+    For a normal ``a = m * 2**e`` (1 <= m < 2) that is ``e`` unless ``m`` is so close to 2 that the rounded
+    logarithm reaches ``e + 1`` (only above m = 1.99, whatever ``e``: the type's unit there is below 2**-6);
+    those, subnormals, inf and NaN take the logarithm itself."""
+    bits = _bits(a)
+    field = (bits >> 52) & 0x7ff
+    if 0 < field < 0x7ff and (bits & 0xfffffffffffff) <= 0xfd70a3d70a3d7:    # m <= 1.99
+        return np.float64(field - 1023)
+    return np.floor(_rnd(math.log2(a), kc))
 
 
 @_jit
@@ -226,7 +242,7 @@ def chunk_pass(b, d, kb, kd, flags, par, sq, re, b64, d64, ulp, cnt, mx):
         if ulp_on:
             bc = _rnd(bv, kc)
             a = abs(bc)
-            eb = 0.0 if bc == 0 else np.floor(_rnd(math.log2(a), kc))
+            eb = 0.0 if bc == 0 else _floor_log2(a, kc)
             eb = eb if eb != eb or eb >= min_eb else min_eb
             u = abs(_rnd(_rnd(_rnd(dv, kc) - bc, kc) * _rnd(_pow2(exp_num - eb), kc), kc))
             ulp[i] = u

@@ -118,3 +118,15 @@ def test_no_compiler_needed(tmp_path):
     r = engine.run(x, x.astype(np.float32) * 1.001,
                    engine.Groups(eps=2.0 ** -52, ratios=(("a", 0.01),), small_value=(1e-6, 1e-9)))
     assert res.stdout.split() == [repr(float(r.cosine.value)), repr(r.values["rmse"])]
+
+
+@pytest.mark.parametrize("tb, td, ulp", [PAIRS[0], PAIRS[1], PAIRS[2]])
+def test_ulp_exponent_next_to_powers_of_two(tb, td, ulp):
+    """Bench values just below, at and above powers of two (where the rounded log2 may reach the next
+    integer), subnormals and the mantissa bound of the kernel's shortcut (m = 1.99)."""
+    powers = np.ldexp(1.0, np.arange(-30, 30))
+    below = np.nextafter(powers.astype(tb), tb(0)).astype(np.float64)
+    values = np.concatenate([powers, below, powers * 1.99, powers * np.nextafter(1.99, 2), powers * 1.995,
+                             [1e-40, -1e-42, 5e-324 if tb is np.float64 else 1e-45]])
+    b = np.concatenate([values, -values]).astype(tb)
+    check(b, (b.astype(np.float64) * (1 + 1e-3)).astype(td), ulp, 1 << 16)
