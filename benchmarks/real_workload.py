@@ -132,11 +132,11 @@ CPU per run. The calls themselves: 2.5-2.6 s in one worker; with two, 1.5-1.7 s 
 tensors and share the memory bandwidth), so the second core saves about 0.85 s of the 2.6 s.
 
 Where the checker's time went and what took it out (one worker, 1000 MB dump): the metric pass 2.3-2.5 s of
-numpy became about 0.9 s (a compiled fused pass per chunk, precision/native_metrics.py, numpy's bits checked at
-load); torch's first ``backward(grad)`` imported torch.fx's symbolic shapes and sympy (about 0.35-0.7 s), now the
-gradient goes straight to autograd's engine when it plainly fits; the bench's raised inputs are made in one
-cast, not a clone and a cast; the device side takes inputs built for its call without a copy; the garbage
-collector no longer walks torch's and the run's long-lived objects between items, in pytest's final
+numpy became about 0.9 s (then a C pass per chunk; now one numba kernel per chunk, dumpers/metrics_kernel.py,
+with numpy's sums); torch's first ``backward(grad)`` imported torch.fx's symbolic shapes and sympy (about
+0.35-0.7 s), now the gradient goes straight to autograd's engine when it plainly fits; the bench's raised
+inputs are made in one cast, not a clone and a cast; the device side takes inputs built for its call without
+a copy; the garbage collector no longer walks torch's and the run's long-lived objects between items, in pytest's final
 collections or at interpreter exit (``gc.freeze``, about 0.2 s a process); a dump's tensor directory is resolved
 once per process. What remains of one worker's 3.9 s: python, pytest and its plugins 0.3 s, ``import torch``
 1.1-1.3 s, the calls about 2.3 s (bench and device 1.1 s, metrics 0.9 s, reading 1000 MB of tensor files 0.5 s,
@@ -167,7 +167,8 @@ target (1.6x) is met with little margin: 1.54-1.65x depending on the machine's p
 
 The bytecode cache matters: with ``PYTHONDONTWRITEBYTECODE`` set every run compiles and assertion-rewrites the
 plugin's modules again (about 4 s of CPU time on this machine); the figures above are with the cache on. The
-first run of a user also compiles the two C kernels (about 5-10 s), kept in ``$MSPROBE_CACHE_DIR``.
+first run after an installation also compiles the numba kernels (statistics and metrics, about 20-40 s at a load
+of 10 on 2 cores), kept in ``__pycache__`` (numba's ``cache=True``); no C compiler is used.
 
     python benchmarks/real_workload.py [--workdir DIR] [--steps 6] [--runs 2] [--skip-huge]
 """
