@@ -19,7 +19,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 # element kinds: what numpy type a value lives in
 F64, F32, F16 = 0, 1, 2
@@ -43,6 +43,16 @@ def _as_f32(typingctx, bits):
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.FloatType())
     return types.float32(types.uint32), codegen
+
+
+def _kind_of(a):
+    """The element kind of an array (F16 for the uint16 bits of float16), a constant of the compiled code."""
+
+
+@overload(_kind_of)
+def _kind_of_typed(a):
+    kind = F16 if a.dtype == types.uint16 else (F32 if a.dtype == types.float32 else F64)
+    return lambda a: kind
 
 
 _jit = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy")
@@ -157,13 +167,10 @@ def chunk_pass(b, d, kb, kd, flags, par, sq, re, b64, d64, ulp, cnt, mx):
     (ULP errors); adds to ``cnt`` and ``mx``."""
     n = b.shape[0]
     # the kinds follow from the arrays' element types, so they are constants of each compiled version
-    kb = F16 if b.itemsize == 2 else (F32 if b.itemsize == 4 else F64)
-    kd = F16 if d.itemsize == 2 else (F32 if d.itemsize == 4 else F64)
+    kb, kd = _kind_of(b), _kind_of(d)
     kae = kb if kb < kd else kd                  # numpy's result type of bench and device
     legacy, binary, small = flags & LEGACY, flags & BINARY, flags & SMALL
     absolute, ulp_on, agree_on, class_match = flags & ABSOLUTE, flags & ULP, flags & AGREE, flags & CLASS_MATCH
-    need_bp = small or absolute
-    dots = b64.shape[0] > 0
     eps = par[P_EPS]
     t0, t1, t2 = par[P_T0], par[P_T1], par[P_T2]
     sv, sv_atol, a_sv, a_atol, a_rtol, a_hi = (par[P_SV], par[P_SV_ATOL], par[P_A_SV], par[P_A_ATOL],
@@ -175,71 +182,87 @@ def chunk_pass(b, d, kb, kd, flags, par, sq, re, b64, d64, ulp, cnt, mx):
     n_inf = inf_bad = n_asv = asv_err = n_normal = normal_err = ulp_above = n_agreed = n_mismatch = 0
     k_ae, k_b, k_d = _start(mx[M_AE]), _start(mx[M_B]), _start(mx[M_D])
     k_re, k_ulp = _start(mx[M_RE]), _start(mx[M_ULP])
-    for i in range(n):
-        bv = _value(b, i, kb)
-        dv = _value(d, i, kd)
-        ae = abs(_rnd(dv - bv, kae))
-        ab = abs(bv)
-        abe = _rnd(ab + eps, kb)
-        r = _rnd(ae / abe, kae)
-        agreed = False
-        if agree_on and (legacy or binary) and not math.isfinite(ae):
-            bt = _rnd(bv, kd)
-            agreed = (dv != dv and bt != bt) or dv == bt
-            if agreed:
-                n_agreed += 1
-            else:
-                n_mismatch += 1
-        if legacy:
-            if agreed:
-                k_d, k_b, k_ae = max(k_d, 0), max(k_b, 0), max(k_ae, 0)
-                r0 += 1
-                r1 += 1
-                r2 += 1
-            else:
-                k_d, k_b, k_ae = max(k_d, _key(dv)), max(k_b, _key(ab)), max(k_ae, _key(ae))
-                r0 += r < t0
-                r1 += r < t1
-                r2 += r < t2
-            if dots:
+    # One loop per group over the chunk (in cache by then): each loop holds only its group's code, so the
+    # common groups' loops vectorise (a loop holding every group's code does not).
+    if legacy or binary:
+        for i in range(n):
+            bv = _value(b, i, kb)
+            dv = _value(d, i, kd)
+            ae = abs(_rnd(dv - bv, kae))
+            agreed = False
+            if agree_on and not math.isfinite(ae):
+                bt = _rnd(bv, kd)
+                agreed = (dv != dv and bt != bt) or dv == bt
+                if agreed:
+                    n_agreed += 1
+                else:
+                    n_mismatch += 1
+            if legacy:
+                r = _rnd(ae / _rnd(abs(bv) + eps, kb), kae)
+                if agreed:
+                    k_d, k_b, k_ae = max(k_d, 0), max(k_b, 0), max(k_ae, 0)
+                    r0 += 1
+                    r1 += 1
+                    r2 += 1
+                else:
+                    k_d, k_b, k_ae = max(k_d, _key(dv)), max(k_b, _key(bv)), max(k_ae, _key(ae))
+                    r0 += r < t0
+                    r1 += r < t1
+                    r2 += r < t2
                 b64[i] = 0.0 if agreed else bv
                 d64[i] = 0.0 if agreed else dv
-        if binary and bv != dv and not (agreed and dv != dv and bv != bv):
-            n_bin += 1
-        if need_bp:
+            if binary and bv != dv and not (agreed and dv != dv and bv != bv):
+                n_bin += 1
+    if small:
+        for i in range(n):
+            bv = _value(b, i, kb)
+            dv = _value(d, i, kd)
+            ae = abs(_rnd(dv - bv, kae))
+            ab = abs(bv)
             bp = _rnd(bv, kd)
             fin = math.isfinite(dv) and math.isfinite(bp)
-            if small:
-                s = ab <= sv and fin
-                m = s or not fin
-                n_sv += s
-                sv_err += s and ae > sv_atol
-                masked += m
-                sq[i] = 0.0 if m else _rnd(ae * ae, kae)
-                delta = dv - bp
-                ebp += delta > 0
-                ebn += delta < 0
-                if not m:
-                    re[kept] = r
-                    kept += 1
-                    k_re = max(k_re, _key(r))
-            if absolute:
-                s = ab <= a_sv and fin
-                n_asv += s
-                asv_err += s and ae > a_atol
-                if fin and not s:
-                    n_normal += 1
-                    normal_err += r > a_rtol
-                if not fin:
-                    gc = bp if bp != bp else min(max(bp, -a_hi), a_hi)
-                    dc = dv if dv != dv else min(max(dv, -a_hi), a_hi)
-                    kq = kb if kb < kd else kd
-                    ok = _rnd(abs(_rnd(dc - gc, kd)) / abe, kq) <= a_rtol or (dv != dv and gc != gc)
-                    if class_match and math.isinf(bp):
-                        ok = dv == bp
-                    n_inf += 1
-                    inf_bad += not ok
-        if ulp_on:
+            s = ab <= sv and fin
+            m = s or not fin
+            n_sv += s
+            sv_err += s and ae > sv_atol
+            masked += m
+            sq[i] = 0.0 if m else _rnd(ae * ae, kae)
+            delta = dv - bp
+            ebp += delta > 0
+            ebn += delta < 0
+            if not m:
+                r = _rnd(ae / _rnd(ab + eps, kb), kae)
+                re[kept] = r
+                kept += 1
+                k_re = max(k_re, _key(r))
+    if absolute:
+        kq = kb if kb < kd else kd
+        for i in range(n):
+            bv = _value(b, i, kb)
+            dv = _value(d, i, kd)
+            ae = abs(_rnd(dv - bv, kae))
+            ab = abs(bv)
+            abe = _rnd(ab + eps, kb)
+            bp = _rnd(bv, kd)
+            fin = math.isfinite(dv) and math.isfinite(bp)
+            s = ab <= a_sv and fin
+            n_asv += s
+            asv_err += s and ae > a_atol
+            if fin and not s:
+                n_normal += 1
+                normal_err += _rnd(ae / abe, kae) > a_rtol
+            if not fin:
+                gc = bp if bp != bp else min(max(bp, -a_hi), a_hi)
+                dc = dv if dv != dv else min(max(dv, -a_hi), a_hi)
+                ok = _rnd(abs(_rnd(dc - gc, kd)) / abe, kq) <= a_rtol or (dv != dv and gc != gc)
+                if class_match and math.isinf(bp):
+                    ok = dv == bp
+                n_inf += 1
+                inf_bad += not ok
+    if ulp_on:
+        for i in range(n):
+            bv = _value(b, i, kb)
+            dv = _value(d, i, kd)
             bc = _rnd(bv, kc)
             a = abs(bc)
             eb = 0.0 if bc == 0 else _floor_log2(a, kc)
