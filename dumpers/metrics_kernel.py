@@ -230,11 +230,14 @@ def chunk_pass(b, d, kb, kd, flags, par, sq, re, b64, d64, ulp, cnt, mx):
             delta = dv - bp
             ebp += delta > 0
             ebn += delta < 0
-            if not m:
-                r = _rnd(ae / _rnd(ab + eps, kb), kae)
-                re[kept] = r
+            r = _rnd(ae / _rnd(ab + eps, kb), kae)
+            re[i] = -math.inf if m else r         # -inf marks a masked element: a kept one is >= 0 or NaN
+            k_re = max(k_re, -1 if m else _key(r))
+        for i in range(n):                         # the kept ones, in order, to the front
+            x = re[i]
+            if x != -math.inf:
+                re[kept] = x
                 kept += 1
-                k_re = max(k_re, _key(r))
     if absolute:
         kq = kb if kb < kd else kd
         for i in range(n):
