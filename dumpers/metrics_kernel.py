@@ -1,9 +1,10 @@
-"""The compiled per-chunk pass of the precision metrics (numba, ``cache=True``): every metric group in one loop.
+"""The compiled per-chunk pass of the precision metrics (numba, ``cache=True``): every metric group, one kernel.
 
-:func:`chunk_pass` reads one chunk of the prepared bench and device arrays once and computes, element by
-element, everything of spec precision-standard.md section 2 that does not depend on the order of the
-elements: counts, NaN-propagating maxima, the masked squares, the kept relative errors (in order), the ULP
-errors and the float64 copies the cosine's dot products read. :mod:`dumpers.metrics_engine` sums those
+:func:`chunk_pass` reads one chunk of the prepared bench and device arrays from memory once and computes, in
+one loop per metric group over the chunk while it is in the cache (each group's loop holds only its own code,
+so the common ones vectorise), everything of spec precision-standard.md section 2 that does not depend on the
+order of the elements: counts, NaN-propagating maxima, the masked squares, the kept relative errors (in
+order), the ULP errors and the float64 copies the cosine's dot products read. :mod:`dumpers.metrics_engine` sums those
 arrays with numpy (``np.sum``, ``np.einsum``), so the sums keep numpy's own order and bits.
 
 Every operation is done in float64 and rounded to the numpy type the reference computes it in (float16,
