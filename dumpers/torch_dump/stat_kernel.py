@@ -48,9 +48,8 @@ _lock = threading.Lock()
 _entries: Optional[dict] = None
 _local = threading.local()
 _NAMES = {True: "float32", False: "float64"}
-# dtype name -> (code the kernel knows it by, numpy type of its bits)
-DTYPES = {"float32": (0, np.uint32), "float64": (3, np.uint64), "bfloat16": (1, np.uint16),
-          "float16": (2, np.uint16)}
+# dtypes the kernel reads, by name
+DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
 def disabled() -> bool:
@@ -455,15 +454,6 @@ def _entry_f32(p, n, op):      # pragma: no cover - runs compiled (numba), not a
 @numba.cfunc(types.int32(types.CPointer(types.uint64), types.intp, _OUT), cache=True, nogil=True)
 def _entry_f64(p, n, op):      # pragma: no cover - runs compiled (numba), not as Python
     return _stats(numba.carray(p, (n,)), 3, numba.carray(op, (4,)))
-
-
-def summarize_bits(bits: np.ndarray, dtype: str) -> Optional[list]:
-    """The kernel over a contiguous array of the dtype's bits (uint16/uint32/uint64), any size; None if not
-    finite."""
-    out = np.zeros(4)
-    code = DTYPES[dtype][0]
-    ok = _stats(bits, code, out)
-    return [float(v) for v in out] if ok else None
 
 
 def _build() -> dict:
