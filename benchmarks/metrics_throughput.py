@@ -3,8 +3,10 @@
 Usage: python benchmarks/metrics_throughput.py [--n 1e7] [--mem-n 1e8] [--skip-memory]
 
 - throughput: elements/s of one details row (compare_output, default standard) for a bf16 device output
-  of ``--n`` elements, on one thread; also each standard's metric group and all groups together; every
-  line twice, with the compiled metric kernel and with numpy only (``MSPROBE_METRICS_NATIVE=0``);
+  of ``--n`` elements, on one thread; also each standard's metric group and all groups together (the one
+  metric pass: numba's kernel per chunk, numpy's sums);
+- first call: the time of the first metric pass in a fresh interpreter, with numba's cache of the kernel
+  (``cache=True``, in ``__pycache__``) present and with it removed (a cold compile);
 - memory: peak extra resident memory while comparing a ``--mem-n``-element bf16 output, measured in a
   child process as VmHWM after the inputs exist minus VmRSS before the compare (Linux only).
 """
@@ -57,14 +59,11 @@ def throughput(n: int) -> None:
     bench, device = _inputs(n)
     import numpy as np
 
-    from dumpers import cbuild
-    from pytest_msprobe.precision import native_metrics as nm
+    from dumpers import metrics_engine
 
-    nm.set_builder(cbuild.build)
-    kernel = "available" if nm.library() is not None else "unavailable (no C compiler)"
+    metrics_engine.warm_up()
     print(f"throughput, bf16 device output of {n:.0e} elements, 1 thread, chunk {M.CHUNK}, "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; metric kernel {kernel}, "
-          f"ordered sums in C: {nm.ordered_sums()}")
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     bs, ds = _source(bench, np.dtype("float32")), _source(device, np.dtype("float32"))
     f32 = bench.numpy()
     f32_device = f32 * np.float32(1.001)
@@ -82,10 +81,45 @@ def throughput(n: int) -> None:
     cases.append(("every metric of section 2 at once",
                   lambda: M.float_metrics(bs, ds, device_dtype=S.BF16, **everything)))
     for label, fn in cases:
-        for mode in ("1", "0"):               # interleaved, so the load hits both alike
-            os.environ["MSPROBE_METRICS_NATIVE"] = mode
-            print(_line(f"{label}, {'native' if mode == '1' else 'numpy '}", n, _best(fn)))
-    os.environ.pop("MSPROBE_METRICS_NATIVE")
+        print(_line(label, n, _best(fn)))
+
+
+FIRST_CALL = ("import time; t0 = time.perf_counter(); from dumpers import metrics_engine; "
+              "metrics_engine.warm_up(); print(time.perf_counter() - t0)")
+
+
+def first_call() -> None:
+    """Import and first pass over the usual dtype pairs in a fresh interpreter: numba's cache warm, then cold."""
+    import glob
+    import shutil
+
+    import dumpers
+
+    cache = os.path.join(os.path.dirname(dumpers.__file__), "__pycache__")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(
+        dumpers.__file__)), os.environ.get("PYTHONPATH")]))}
+
+    def timed() -> float:
+        out = subprocess.run([sys.executable, "-c", FIRST_CALL], capture_output=True, text=True, env=env, check=True)
+        return float(out.stdout.split()[-1])
+
+    timed()                                   # the cache exists after this
+    warm = min(timed() for _ in range(2))
+    saved = os.path.join(cache, "saved-kernel-cache")
+    os.makedirs(saved, exist_ok=True)
+    moved = []
+    for path in glob.glob(os.path.join(cache, "metrics_kernel.*.nb[ic]")):
+        moved.append(shutil.move(path, saved))
+    try:
+        cold = timed()
+    finally:
+        for path in glob.glob(os.path.join(cache, "metrics_kernel.*.nb[ic]")):
+            os.remove(path)
+        for path in moved:
+            shutil.move(path, cache)
+        os.rmdir(saved)
+    print(f"first call (import + warm_up of 4 dtype pairs in a fresh interpreter): {warm:.2f} s with numba's "
+          f"cache, {cold:.2f} s compiling the kernel (no cache)")
 
 
 def _rss_kb(field: str) -> int:
@@ -122,12 +156,15 @@ def main(argv: list | None = None) -> int:
     p.add_argument("--n", type=float, default=1e7)
     p.add_argument("--mem-n", type=float, default=1e8)
     p.add_argument("--skip-memory", action="store_true")
+    p.add_argument("--skip-first-call", action="store_true")
     p.add_argument("--memory-child", type=float, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.memory_child:
         memory_child(int(a.memory_child))
         return 0
     throughput(int(a.n))
+    if not a.skip_first_call:
+        first_call()
     if not a.skip_memory:
         subprocess.run([sys.executable, __file__, "--memory-child", str(a.mem_n)], check=True)
     return 0

@@ -118,9 +118,9 @@ for _ in range(steps):
     dbg.flush()                        # the writer idle and the files on disk: a bare step is never timed
     os.sync()                          # beside the last dump's writes or the kernel's writeback of them
     rows.append((step(*bare), step(*dumped, dbg=dbg)))
-from dumpers.torch_dump import fastreduce, writer
+from dumpers.torch_dump import stat_kernel, writer
 read = {"elements": 0, "bytes": 0, "copied": 0}
-kernel, copy = fastreduce.summarize_memory, writer.ProcessWriter.submit_copy
+kernel, copy = stat_kernel.summarize_memory, writer.ProcessWriter.submit_copy
 def counting(address, n, dtype):       # one more step, counted: what the one-pass loop reads
     read["elements"] += n
     read["bytes"] += n * {"float32": 4, "float64": 8, True: 4, False: 8}.get(dtype, 2)
@@ -128,7 +128,7 @@ def counting(address, n, dtype):       # one more step, counted: what the one-pa
 def copying(self, path, tensor):       # and what the tensor task copies into the writer's ring
     read["copied"] += tensor.numel() * tensor.element_size()
     return copy(self, path, tensor)
-fastreduce.summarize_memory, writer.ProcessWriter.submit_copy = counting, copying
+stat_kernel.summarize_memory, writer.ProcessWriter.submit_copy = counting, copying
 step(*dumped, dbg=dbg)
 dbg.flush()
 print(json.dumps({"bare": [b[0] for b, _ in rows], "dumped": [d[0] for _, d in rows],

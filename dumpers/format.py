@@ -2,7 +2,7 @@
 
 This module is the single definition of msprobe's dump layout. The PyTorch and MindSpore dumpers
 write with it and the reader in :mod:`generators` parses with it. It imports only the standard library
-(and :mod:`dumpers.jsonfast`, the fast renderer of the same JSON style, and :mod:`dumpers.atomic`, the one
+(and :mod:`dumpers.json_render`, the fast renderer of the same JSON style, and :mod:`dumpers.atomic`, the one
 atomic write its files go through).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
 from dumpers import atomic
-from dumpers.jsonfast import dumps_json_fast
+from dumpers.json_render import dumps_json_fast
 
 # --- directory layout ------------------------------------------------------------------------------
 DUMP_JSON = "dump.json"

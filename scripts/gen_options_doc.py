@@ -14,12 +14,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ENVIRONMENT = (
-    ("MSPROBE_CACHE_DIR", "where the compiled C kernels (the dumper's statistics, the checker's metric pass) are "
-     "kept, once per user (default `$XDG_CACHE_HOME/pytest-msprobe` or `~/.cache/pytest-msprobe`; it must be "
-     "writable by the user alone)"),
-    ("MSPROBE_METRICS_NATIVE", "`0`: the checker's metric pass runs on numpy only (the same numbers; "
-     "docs/precision-standard.md)"),
-    ("MSPROBE_DUMP_JIT", "`0`: the dumper's statistics use the plain torch/numpy reductions, no compiled loop "
+    ("MSPROBE_DUMP_JIT", "`0`: the dumper's statistics use torch's reductions, no compiled one-pass loop "
      "(docs/dump.md)"),
     ("MSPROBE_DUMP_STAT_CACHE", "`0`: the dumper computes the statistics of every tensor it records, none reused "
      "(the same dump bytes; docs/dump.md)"),

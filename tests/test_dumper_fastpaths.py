@@ -23,11 +23,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dumpers import format as fmt
-from dumpers import jsonfast
+from dumpers import json_render
 from dumpers.journal import JournalWriter, read_journal
 from dumpers.torch_dump import PrecisionDebugger
-from dumpers.torch_dump.jsontext import dump_json_text, entry_text
-from dumpers.torch_dump.stats import StatBatch, _cpu_numbers, _reductions
+from dumpers.torch_dump.entry_text import dump_json_text, entry_text
+from dumpers.torch_dump.stats import StatBatch, _cpu_numbers, reductions
 
 DATA = Path(__file__).parent / "data"
 SAMPLE_DUMPS = sorted(DATA.rglob("dump.json"))
@@ -108,7 +108,7 @@ def test_cpu_numbers_equal_the_torch_reductions(t):
     from dumpers.torch_dump.stats import kind_of
     kind = kind_of(t)
     ours = _cpu_numbers(t, kind)
-    ref = [v.item() for v in _reductions(t, kind)]
+    ref = [v.item() for v in reductions(t, kind)]
     assert len(ours) == len(ref)
     one_pass = kind == "float" and t.dtype in (torch.float32, torch.float64) and t.numel() >= 64
     for n, (a, b) in enumerate(zip(ours, ref)):
@@ -120,8 +120,11 @@ def test_cpu_numbers_equal_the_torch_reductions(t):
 
 
 def test_same_tensor_twice_in_a_call_is_summarised_once():
+    """The inputs of an API call are remembered by the statistics cache: ``x * x`` reads ``x`` once; an
+    in-place write bumps the version and the tensor is summarised again."""
+    from dumpers.torch_dump.statcache import StatCache
     calls = []
-    batch = StatBatch()
+    batch = StatBatch(cache=StatCache(), keep_inputs=True)
     import dumpers.torch_dump.stats as stats_mod
     orig = stats_mod._cpu_numbers
 
@@ -133,7 +136,6 @@ def test_same_tensor_twice_in_a_call_is_summarised_once():
     try:
         g = torch.randn(50)
         a, b = batch.add(g), batch.add(g)
-        batch.new_phase()                 # outputs: never share the inputs' reductions
         g.mul_(2)
         c = batch.add(g, cacheable=True)
         batch.resolve()
@@ -186,13 +188,13 @@ def exact_sums(t: torch.Tensor) -> tuple:
     return d.numel(), math.fsum(d.tolist()) / d.numel(), math.sqrt(sq_sum), math.fsum(d.abs().tolist()), sq_sum
 
 
-# float32 elements fastreduce adds in float32 before they reach its float64 sums: none (every float32 value
+# float32 elements the one-pass kernel adds in float32 before they reach its float64 sums: none (every float32 value
 # and square is exact in float64 and goes straight into a float64 lane)
 F32_BLOCK = 1
 
 
 def summation_error_bounds(t: Any, block: int, float32: bool = True) -> tuple:
-    """Worst-case absolute errors of fastreduce's Mean and Norm of ``t``, for any summation order.
+    """Worst-case absolute errors of the one-pass kernel's Mean and Norm of ``t``, for any summation order.
 
     float32 data: each block of ``block`` elements is summed in float32 (at most block - 1 additions,
     in whatever order the compiler vectorises them: 8 or 16 lanes, or none), squares are float32
@@ -226,14 +228,14 @@ def summation_error_bounds(t: Any, block: int, float32: bool = True) -> tuple:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("shape", [(64,), (1000,), (3, 77, 5), (256, 1024)])
 def test_one_pass_statistics_are_the_exact_values_rounded(dtype, shape):
-    """Max/Min exact; Mean/Norm within the float summation error bounds of fastreduce's blocks, rounded once
+    """Max/Min exact; Mean/Norm within the float summation error bounds of the one-pass kernel's lanes, rounded once
     to the dtype (the bounds come from the computation, not from the CPU the test was written on)."""
-    from dumpers.torch_dump import fastreduce
-    if not fastreduce.kernels():
+    from dumpers.torch_dump import stat_kernel
+    if not stat_kernel.kernels():
         pytest.skip("numba is not installed")
     torch.manual_seed(sum(shape))
     t = (torch.randn(shape, dtype=torch.float64) * 1e3 + 7).to(dtype)
-    got = fastreduce.summarize(t.numpy())
+    got = stat_kernel.summarize(t.numpy())
     ref = _exact(t)
     assert got[:2] == ref[:2]
     mean_err, norm_err = summation_error_bounds(t, F32_BLOCK)
@@ -255,28 +257,28 @@ def test_the_summation_bound_catches_a_kernel_that_drops_a_block():
 
 @pytest.mark.parametrize("special", [math.nan, math.inf, -math.inf])
 def test_one_pass_statistics_leave_non_finite_data_to_the_nan_aware_path(special):
-    from dumpers.torch_dump import fastreduce
+    from dumpers.torch_dump import stat_kernel
     t = torch.randn(500)
     t[123] = special
-    assert fastreduce.summarize(t.numpy()) is None
+    assert stat_kernel.summarize(t.numpy()) is None
     batch = StatBatch()
     item = batch.add(t)
     batch.resolve()
-    ref = [v.item() for v in _reductions(t, "float")]
+    ref = [v.item() for v in reductions(t, "float")]
     assert [item["Max"], item["Min"]] == pytest.approx(ref[:2], nan_ok=True)
     assert "Max_except_inf_nan" in item
 
 
 def test_one_pass_statistics_signed_zeros_and_subnormals():
-    from dumpers.torch_dump import fastreduce
-    if not fastreduce.kernels():
+    from dumpers.torch_dump import stat_kernel
+    if not stat_kernel.kernels():
         pytest.skip("numba is not installed")
     t = torch.tensor([-0.0, 0.0, 1e-45, -1e-45, -3.0, 2.0] * 20)
-    mx, mn, mean, norm = fastreduce.summarize(t.numpy())
+    mx, mn, mean, norm = stat_kernel.summarize(t.numpy())
     assert (mx, mn) == (2.0, -3.0)
     for reps in (30, 300):                  # the float64 tail, and float32 blocks that must not square in float32
         t = torch.tensor([-0.0, 1e-45, -1e-45] * reps)
-        mx, mn, mean, norm = fastreduce.summarize(t.numpy())
+        mx, mn, mean, norm = stat_kernel.summarize(t.numpy())
         assert mx == t.max().item() and mn == t.min().item() and mean == 0.0
         assert norm == float(np.float32(math.sqrt(2 * reps) * 1.401298464324817e-45))
 
@@ -285,14 +287,14 @@ def test_one_pass_statistics_signed_zeros_and_subnormals():
 def test_one_pass_statistics_outside_the_float32_square_range_are_still_right(scale):
     """float32 blocks square in float32: values whose squares under- or overflow there take the
     NaN-aware path, and every entry point still gives the exact statistics rounded to float32."""
-    from dumpers.torch_dump import fastreduce
+    from dumpers.torch_dump import stat_kernel
     torch.manual_seed(3)
     t = (torch.randn(5000, dtype=torch.float64) * scale).float()
     ref = _exact(t)
     item = StatBatch().add(t)
     assert [item["Max"], item["Min"]] == ref[:2]
     assert item["Mean"] == pytest.approx(ref[2], rel=1e-5) and item["Norm"] == pytest.approx(ref[3], rel=1e-6)
-    got = fastreduce.summarize(t.numpy())
+    got = stat_kernel.summarize(t.numpy())
     if got is not None:
         assert got[:2] == ref[:2] and got[3] == pytest.approx(ref[3], rel=1e-6)
 
@@ -459,20 +461,20 @@ def test_plain_calls_dump_exactly_what_the_general_path_dumps(tmp_path, kind, le
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_one_pass_statistics_by_address_equal_the_array_entry_point(dtype):
-    from dumpers.torch_dump import fastreduce
-    if not fastreduce.kernels():
+    from dumpers.torch_dump import stat_kernel
+    if not stat_kernel.kernels():
         pytest.skip("numba is not installed")
     torch.manual_seed(5)
     for n in (64, 999, 70000):
         t = (torch.randn(n, dtype=torch.float64) * 50 - 3).to(dtype)
-        assert fastreduce.summarize_memory(t.data_ptr(), n, dtype == torch.float32) == fastreduce.summarize(t.numpy())
+        assert stat_kernel.summarize_memory(t.data_ptr(), n, dtype == torch.float32) == stat_kernel.summarize(t.numpy())
     view = torch.randn(4, 300, dtype=dtype)[1:3]               # contiguous, starts inside its storage
-    assert fastreduce.summarize_memory(view.data_ptr(), view.numel(), dtype == torch.float32) == \
-        fastreduce.summarize(view.numpy())
+    assert stat_kernel.summarize_memory(view.data_ptr(), view.numel(), dtype == torch.float32) == \
+        stat_kernel.summarize(view.numpy())
     t = torch.randn(200, dtype=dtype)
     t[17] = math.inf
-    assert fastreduce.summarize_memory(t.data_ptr(), 200, dtype == torch.float32) is None
-    assert fastreduce.summarize_memory(t.data_ptr(), 10, dtype == torch.float32) is None    # below the minimum
+    assert stat_kernel.summarize_memory(t.data_ptr(), 200, dtype == torch.float32) is None
+    assert stat_kernel.summarize_memory(t.data_ptr(), 10, dtype == torch.float32) is None    # below the minimum
 
 
 def test_one_pass_statistics_of_permuted_dense_tensors():
@@ -485,7 +487,7 @@ def test_one_pass_statistics_of_permuted_dense_tensors():
     assert got[:2] == ref[:2]                       # Mean and Norm: float32 block sums in another order
     assert got[2] == pytest.approx(ref[2], abs=1e-8) and got[3] == pytest.approx(ref[3], rel=2e-7)
     sliced = torch.randn(40, 70)[:, 5:60]                     # not dense: the general reductions
-    ref = [v.item() for v in _reductions(sliced, "float")]
+    ref = [v.item() for v in reductions(sliced, "float")]
     assert _cpu_numbers(sliced, "float")[:2] == ref[:2]
 
 
@@ -515,7 +517,7 @@ def test_renderer_fast_paths_equal_json_dumps(data):
     obj = data.draw(st.dictionaries(st.sampled_from(["input_args", "input_kwargs", "output", "input"]), tree,
                                     max_size=3))
     level = data.draw(st.integers(0, 3))
-    assert jsonfast.dumps_json_fast(obj, level) == _reference_at(obj, level)
+    assert json_render.dumps_json_fast(obj, level) == _reference_at(obj, level)
 
 
 def test_stack_capture_reuse_matches_a_fresh_walk_for_loops_generators_and_callers(tmp_path):
@@ -572,7 +574,7 @@ def test_finite_tensor_items_render_as_json_dumps_from_the_kept_float_texts(valu
         item = {"type": "torch.Tensor", "dtype": "torch.bfloat16", "shape": [2, 3], "Max": order[0],
                 "Min": order[1], "Mean": order[2], "Norm": order[3], "requires_grad": True}
         for _ in range(2):
-            text = jsonfast.finite_tensor_text("torch.bfloat16", torch.Size([2, 3]), *order, True, 4)
+            text = json_render.finite_tensor_text("torch.bfloat16", torch.Size([2, 3]), *order, True, 4)
             assert text == _reference_at(item, 4)
 
 
@@ -582,11 +584,11 @@ def test_finite_tensor_items_render_as_json_dumps_from_the_kept_float_texts(valu
 def test_stack_json_from_kept_line_texts_equals_json_dumps(groups):
     """stack.json is assembled from each call stack's lines rendered once (kept across steps): the text is
     json.dumps's for the same dict, empty and escaped strings included."""
-    from dumpers.torch_dump.jsontext import lines_text, stack_json_text
+    from dumpers.torch_dump.entry_text import lines_text, stack_json_text
 
     stack = {str(sid): [keys, lines] for sid, (keys, lines) in enumerate(groups)}
     text = stack_json_text([(sid, keys, lines_text(lines)) for sid, (keys, lines) in enumerate(groups)])
-    assert text == jsonfast.dumps_json_fast(stack) == fmt.dumps_json(stack)
+    assert text == json_render.dumps_json_fast(stack) == fmt.dumps_json(stack)
 
 
 def test_renderer_caches_never_confuse_true_with_one():
@@ -596,7 +598,7 @@ def test_renderer_caches_never_confuse_true_with_one():
         for shape in shapes:
             obj = {"output": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": shape, "Max": 1.0,
                                "Min": 0.0, "Mean": 0.5, "Norm": 1.0, "requires_grad": False}]}
-            assert jsonfast.dumps_json_fast(obj, 1) == _reference_at(obj, 1)
+            assert json_render.dumps_json_fast(obj, 1) == _reference_at(obj, 1)
 
 
 def test_process_writer_ring_wraps_waits_and_writes_oversized_tensors_itself(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dumpers import format as fmt
-from dumpers import jsonfast
+from dumpers import json_render
 from dumpers.config import ConfigError, ConfigWarning
 from dumpers.journal import read_journal
 from dumpers.torch_dump import DumpPathError, PrecisionDebugger
@@ -350,9 +350,9 @@ def test_fast_json_writer_matches_json_module(data_dir):
                           Level.HIGH], 3: {"x": -0.0, "y": 1e300, "z": 2**70, "s": [1, 2], "t": [True, 2]},
                     None: 1, 2.5: False})
     for obj in samples:
-        assert jsonfast.dumps_json_fast(obj) == fmt.dumps_json(obj)
+        assert json_render.dumps_json_fast(obj) == fmt.dumps_json(obj)
     with pytest.raises(TypeError):
-        jsonfast.dumps_json_fast({"x": object()})
+        json_render.dumps_json_fast({"x": object()})
 
 
 def test_python_level_apis_are_recorded_as_written(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import zoo
-from dumpers.torch_dump import PrecisionDebugger, fastreduce
+from dumpers.torch_dump import PrecisionDebugger, stat_kernel
 from dumpers.torch_dump import stats as stats_mod
 from dumpers.torch_dump.statcache import StatCache
 
@@ -32,7 +32,7 @@ class Counting:
 
     def __init__(self, monkeypatch):
         self.elements = 0
-        orig_fast, orig_cpu = fastreduce.summarize_memory, stats_mod._cpu_numbers
+        orig_fast, orig_cpu = stat_kernel.summarize_memory, stats_mod._cpu_numbers
 
         def fast(address, n, dtype):
             self.elements += n
@@ -43,7 +43,7 @@ class Counting:
                 self.elements += t.numel()
             return orig_cpu(t, kind)
 
-        monkeypatch.setattr(fastreduce, "summarize_memory", fast)
+        monkeypatch.setattr(stat_kernel, "summarize_memory", fast)
         monkeypatch.setattr(stats_mod, "_cpu_numbers", cpu)
 
 

@@ -111,11 +111,26 @@ def test_status_literals_only_in_their_homes():
     assert not bad, "spell statuses with pytest_msprobe.precision.verdict's constants: " + ", ".join(bad)
 
 
+# the metric engine shared with online dispatch: below both, pure (numpy and numba only)
+METRIC_ENGINE = ("dumpers.metrics_engine", "dumpers.metrics_kernel")
+
+
 def test_precision_imports_nothing_of_the_house():
-    """The pure core: no report, no dumpers, no generators, nothing of the checker outside ``precision``."""
+    """The pure core: no report, no generators, nothing of the checker outside ``precision``, and of the
+    capture package only the metric engine it shares with online dispatch."""
     known = _modules()
     bad = [f"{name} imports {target}" for name, path in known.items() if name.startswith("pytest_msprobe.precision")
            for target in _imports(name, path, known)
            if target.split(".")[0] in ("dumpers", "generators", "pytest_msprobe")
-           and not target.startswith("pytest_msprobe.precision")]
+           and not target.startswith("pytest_msprobe.precision") and target not in METRIC_ENGINE + ("dumpers",)]
+    assert not bad, bad
+
+
+def test_the_metric_engine_is_pure():
+    """What precision shares with online dispatch imports nothing of the house but itself (no I/O, no torch)."""
+    known = _modules()
+    bad = [f"{name} imports {target}" for name in METRIC_ENGINE
+           for target in _imports(name, known[name], known)
+           if target.split(".")[0] in ("dumpers", "generators", "pytest_msprobe", "torch")
+           and target not in METRIC_ENGINE + ("dumpers",)]
     assert not bad, bad

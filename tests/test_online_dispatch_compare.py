@@ -6,7 +6,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from metrics_reference import reference
 
+from dumpers.metrics_engine import CHUNK
 from dumpers.online_dispatch import OnlineDispatchError, compare, config, ops, tensors
 from dumpers.online_dispatch.seed import seed_all
 
@@ -48,13 +50,13 @@ def test_check_arrays_special_cases():
 
 def _metric_cases() -> list:
     rng = np.random.default_rng(7)
-    big = rng.standard_normal(3 * compare.CHUNK + 17)
+    big = rng.standard_normal(3 * CHUNK + 17)
     cases = [
         (np.array([1.0, 2.0]), np.array([1.0, 2.5])),
         (rng.standard_normal(1000), rng.standard_normal(1000)),
         (big, big + rng.standard_normal(big.size) * 1e-3),             # several chunks: unscaled sums
         (big * 1e200, big * 1e200 * (1 + 1e-6)),                       # several chunks, extreme: scaled
-        (np.full(compare.CHUNK, 3.0), np.full(compare.CHUNK, 3.0)),
+        (np.full(CHUNK, 3.0), np.full(CHUNK, 3.0)),
         (np.zeros(5), np.zeros(5)),
         (np.zeros(5), np.ones(5)),
         (np.full(4, 1e-17), np.ones(4)),                               # all "zero" by max |x| <= eps
@@ -69,15 +71,21 @@ def _metric_cases() -> list:
 
 @pytest.mark.parametrize("case", range(len(_metric_cases())))
 def test_metrics_equal_the_checkers(case):
-    """Online dispatch computes Cosine/MaxAbsErr itself (no checker import); the numbers are the checker's."""
-    from pytest_msprobe.precision.metrics import cosine, max_abs_error
+    """Online dispatch's Cosine/MaxAbsErr are the checker's cells (one engine), which are the numpy
+    reference's numbers bit for bit."""
+    from pytest_msprobe.precision.metrics import float_metrics
 
     bench, device = _metric_cases()[case]
-    ours, theirs = compare.cosine(bench, device), cosine(bench, device)
-    assert ours == theirs or (math.isnan(ours) and math.isnan(theirs))
-    ours, theirs = compare.max_abs_error(bench, device), max_abs_error(bench, device)
-    assert ours == theirs or (math.isnan(ours) and math.isnan(theirs))
-    assert compare.max_abs_error(np.zeros(0), np.zeros(0)) == max_abs_error(np.zeros(0), np.zeros(0)) == 0.0
+    ref = reference(bench, device, eps=2.0 ** -52, agree_nonfinite=False)
+    cell = float_metrics(bench, device, device_dtype="torch.float64", agree_nonfinite=False)
+    value, passed = ref["cosine"]
+    want = (1.0 if passed else math.nan) if value is None else value
+    for got in (compare.cosine(bench, device), cell.cosine.value if cell.cosine.value is not None else want):
+        assert got == want or (math.isnan(got) and math.isnan(want))
+    ours = compare.max_abs_error(bench, device)
+    assert ours == ref["max_abs_err"] == cell.values["max_abs_err"] or math.isnan(ours) and math.isnan(
+        ref["max_abs_err"])
+    assert compare.max_abs_error(np.zeros(0), np.zeros(0)) == 0.0
 
 
 def test_check_arrays_values():

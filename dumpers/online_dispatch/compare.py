@@ -1,8 +1,7 @@
 """Per-item accuracy check of online dispatch: the doc's Cosine / MaxAbsErr rule (spec section 6.1).
 
-Cosine and MaxAbsErr are computed here (numpy only), in the same steps as the checker's
-``pytest_msprobe.precision.metrics.cosine``/``max_abs_error``, so both give the same numbers (a test holds them
-together); this module adds online dispatch's special cases, its verdict strings and its dropout rule.
+Cosine and MaxAbsErr come from the metric engine the checker uses (:mod:`dumpers.metrics_engine`); this
+module adds online dispatch's special cases, its verdict strings and its dropout rule.
 """
 from __future__ import annotations
 
@@ -12,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from dumpers.metrics_engine import cosine, max_abs_error
+
 # The doc's criteria, as data: an output fails if any rule holds.
 COSINE_LOOSE = 0.99        # rule 1: Cosine < 0.99 and MaxAbsErr > 0.001
 ABS_ERR_LOOSE = 0.001
@@ -20,8 +21,6 @@ ABS_ERR_HARD = 1.0         # rule 3: MaxAbsErr > 1
 DROPOUT_MIN_NUMEL = 100    # dropout rule: with >= 100 elements the share of zeros may differ by < 0.1
 DROPOUT_ZERO_SHARE = 0.1
 EPS = float(np.finfo(np.float64).eps)
-CHUNK = 1 << 16               # elements summed per dot product, as the checker's metrics do
-_SAFE_LO, _SAFE_HI = 1e-130, 1e130   # maxima for which the unscaled float64 sums of squares cannot overflow
 
 YES, NO, UNMATCHED, NONE = "Yes", "No", "Unmatched", "None"
 FAILING = (NO, UNMATCHED)
@@ -76,50 +75,6 @@ def max_relative_error(bench: np.ndarray, device: np.ndarray) -> float:
     d = np.where(zero, device + EPS, device)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         return float(np.max(np.abs((d - b) / b)))
-
-
-def _dots(device: np.ndarray, bench: np.ndarray, d_scale: Any, b_scale: Any) -> tuple:
-    """Sums of d.b, d.d and b.b over chunks of ``CHUNK`` elements, each side divided by its scale (or not)."""
-    dot = sdd = sbb = 0.0
-    for start in range(0, bench.size, CHUNK):
-        d = device[start:start + CHUNK]
-        b = bench[start:start + CHUNK]
-        if d_scale is not None:
-            d, b = d / d_scale, b / b_scale
-        dot += float(np.einsum("i,i->", d, b))
-        sdd += float(np.einsum("i,i->", d, d))
-        sbb += float(np.einsum("i,i->", b, b))
-    return dot, sdd, sbb
-
-
-def cosine(bench: np.ndarray, device: np.ndarray) -> float:
-    """n.b / (|n| |b|) of two flat float64 arrays of two elements or more, clipped to [-1, 1].
-
-    NaN when an inf/NaN is present or only one side is all zero (max |x| <= eps); 1.0 when both are.
-    Up to ``CHUNK`` elements (or with extreme magnitudes) each side is first divided by its max |x|.
-    """
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        b_max, d_max = np.max(np.abs(bench)), np.max(np.abs(device))
-        d_zero, b_zero = bool(d_max <= EPS), bool(b_max <= EPS)
-        if d_zero or b_zero:
-            return 1.0 if d_zero and b_zero else float("nan")
-        if not (np.isfinite(b_max) and np.isfinite(d_max)):
-            return float("nan")
-        safe = all(_SAFE_LO < m < _SAFE_HI for m in (d_max, b_max))
-        scaled = bench.size <= CHUNK or not safe
-        dot, sdd, sbb = _dots(device, bench, d_max if scaled else None, b_max if scaled else None)
-        value = np.float64(dot) / (np.sqrt(np.float64(sdd)) * np.sqrt(np.float64(sbb)))
-    if np.isnan(value):
-        return float("nan")
-    return float(min(1.0, max(-1.0, value)))
-
-
-def max_abs_error(bench: np.ndarray, device: np.ndarray) -> float:
-    """max |n - b| of two flat float64 arrays as a Python float (NaN propagates; 0.0 when empty)."""
-    if bench.size == 0:
-        return 0.0
-    with np.errstate(invalid="ignore", over="ignore"):
-        return float(np.max(np.abs(device - bench)))
 
 
 def _cosine_cell(bench: np.ndarray, device: np.ndarray) -> tuple[Any, str]:

@@ -92,7 +92,6 @@ class Encoder:
 
     def outputs(self, result: Any, category: str = fmt.CAT_OUTPUT) -> list:
         """A result as the ``output`` list: tuples/lists item-wise, anything else wrapped in a list."""
-        self.batch.new_phase()
         if isinstance(result, (tuple, list)) and not isinstance(result, torch.Size):
             return [self.encode(v, (category, i)) for i, v in enumerate(result)]
         return [self.encode(result, (category, 0))]

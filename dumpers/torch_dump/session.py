@@ -18,14 +18,14 @@ from torch.utils._pytree import tree_leaves
 
 from dumpers import atomic
 from dumpers import format as fmt
-from dumpers import jsonfast
+from dumpers import json_render
 from dumpers.config import DumpConfig
 from dumpers.dumpoff import DumpOff
 from dumpers.journal import JournalWriter
 from dumpers.torch_dump import amp, callargs
 from dumpers.torch_dump import stack as stacklib
 from dumpers.torch_dump.encode import Encoder
-from dumpers.torch_dump.jsontext import (ENTRY_LEVEL, ITEM_LEVEL, backward_text, dict_text, dump_json_text,
+from dumpers.torch_dump.entry_text import (ENTRY_LEVEL, ITEM_LEVEL, backward_text, dict_text, dump_json_text,
                                         entry_text, forward_text, item_text, lines_text, list_text, plain_value,
                                         stack_json_text)
 from dumpers.torch_dump import statcache
@@ -109,7 +109,7 @@ class DumpSession:
 
     # --- step state ------------------------------------------------------------------------------
     def _reset_step_state(self) -> None:
-        self.texts: dict = {}             # entry key -> its finished dump.json text (see jsontext)
+        self.texts: dict = {}             # entry key -> its finished dump.json text (see entry_text)
         self.construct: dict = {}
         self.stack_groups: dict = {}      # frames -> [id, keys, lines]
         self._groups_by_id: dict = {}
@@ -202,7 +202,7 @@ class DumpSession:
                 groups.append((sid, keys, hit[1]))
         files = ((fmt.DUMP_JSON, dump_json_text(self._header(), self.texts)),
                  (fmt.STACK_JSON, stack_json_text(groups)),
-                 (fmt.CONSTRUCT_JSON, jsonfast.dumps_json_fast(self.construct)))
+                 (fmt.CONSTRUCT_JSON, json_render.dumps_json_fast(self.construct)))
         writer = self.writer
         path = self.dir
         try:
@@ -451,7 +451,6 @@ class DumpSession:
                 batch = StatBatch(self.md5, self.cache)
                 hook = self._tensor_hook(key)
                 inputs = list_text([item_text(v, batch, False, hook, ("input", i)) for i, v in enumerate(gin)])
-                batch.new_phase()
                 outputs = list_text([item_text(v, batch, True, hook, ("output", i)) for i, v in enumerate(gout)])
                 self.record_text(key, backward_text(inputs, outputs))
                 return
@@ -556,13 +555,12 @@ class DumpSession:
         try:
             if self.with_construct:
                 self.add_construct(key, parent)
-            batch.twins.clear()           # new_phase(): the outputs never share the inputs' reductions
             if isinstance(result, (tuple, list)) and not isinstance(result, torch.Size):
                 values = result
             else:
                 values = (result,)
             if not all(map(plain_value, values)):
-                output = jsonfast.dumps_json_fast(Encoder(batch, hook).outputs(result), ENTRY_LEVEL + 1)
+                output = json_render.dumps_json_fast(Encoder(batch, hook).outputs(result), ENTRY_LEVEL + 1)
             elif hook is None:
                 text = batch.text
                 output = list_text([text(v, True, ITEM_LEVEL) if type(v) is torch.Tensor

@@ -46,6 +46,23 @@ def enabled() -> bool:
     return os.environ.get("MSPROBE_DUMP_STAT_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+def version_of(t: torch.Tensor) -> Optional[int]:
+    """The tensor's version counter (bumped by every in-place write, autograd's gradient accumulation
+    included); None for inference tensors, which have none (never cached). torch has no public accessor
+    for it; this is the one place the dumper reads it."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
+def _view_base(t: torch.Tensor) -> Optional[torch.Tensor]:
+    """The tensor ``t`` is a view of (None if it is none): views share their base's version counter, so
+    a view's statistics may be found by its block of memory from another view of the same base. torch has
+    no public accessor for it."""
+    return t._base
+
+
 def writes_of(api: str) -> int:
     """What a call of ``api`` writes: 0 nothing known, 1 its first argument, 2 every tensor argument."""
     kind = _writes_memo.get(api)
@@ -128,7 +145,7 @@ class StatCache:
                     and hit[4] == t.dtype and hit[5] == t.shape and hit[6] == t.stride() \
                     and (not self._written or self._written.get(hit[7], -1) <= hit[8]):
                 return hit[2]
-            owner = t._base
+            owner = _view_base(t)
             if owner is None:
                 return None
             # a view: the same dense block as its base or another view of it
@@ -177,7 +194,7 @@ class StatCache:
             elif gen < self._floor:
                 return
             self._entries[id(t)] = (ref, version, stats, t.data_ptr(), t.dtype, t.shape, t.stride(), base, gen)
-            owner = t._base
+            owner = _view_base(t)
             if owner is not None:         # a view: found by its block from other views of the same base
                 key = self._block_key(t, owner)
                 if key is not None:
@@ -202,14 +219,17 @@ class StatCache:
 
     def unchanged_since(self, t: torch.Tensor, mark: Optional[tuple]) -> bool:
         """``t`` is the object :meth:`mark` was taken of, and nothing has written it since."""
-        return mark is not None and mark[0]() is t and mark[1] == t._version and mark[2] == t.data_ptr() \
+        return mark is not None and mark[0]() is t and mark[1] == version_of(t) and mark[2] == t.data_ptr() \
             and mark[3] == t.dtype and mark[4] == t.shape and mark[5] == t.stride() \
             and (not self._written or self._written.get(mark[6], -1) <= mark[7])
 
     def mark(self, t: torch.Tensor) -> Optional[tuple]:
         """A token for :meth:`unchanged_since` (None: ``t`` cannot be tracked)."""
         try:
-            return (weakref.ref(t), t._version, t.data_ptr(), t.dtype, t.shape, t.stride(),
+            version = version_of(t)
+            if version is None:
+                return None
+            return (weakref.ref(t), version, t.data_ptr(), t.dtype, t.shape, t.stride(),
                     t.untyped_storage().data_ptr(), self._gen)
         except Exception:  # noqa: BLE001 - inference tensors (no version counter), no plain storage
             return None

@@ -1,36 +1,35 @@
-"""Tensor summaries (spec 7.3): Max/Min/Mean/Norm computed on the tensor's device, one host transfer per call.
+"""Tensor summaries (spec 7.3): Max/Min/Mean/Norm, one engine per kind of tensor.
+
+* A dense, finite float32/float64/bfloat16/float16 CPU tensor of at least 64 elements: the compiled
+  one-pass reduction (:mod:`dumpers.torch_dump.stat_kernel`).
+* Every other tensor (accelerators, integers, bool, complex, non-finite or small ones): torch's own
+  reductions (:func:`reductions`: ``aminmax``, ``mean``, ``linalg.vector_norm``), which are also the
+  reference the tests hold the kernel to.
 
 :class:`StatBatch` collects every tensor of one API call (or one module call). ``add`` launches the
 reductions on the device and returns the JSON item with the statistics still missing; ``resolve``
 concatenates all pending statistics into one float64 tensor and brings it to the host with a single
 ``tolist()``, then fills the items. Nothing here synchronises per value on an accelerator; CPU
-tensors, already on the host, are summarised to numbers inside ``add``.
+tensors, already on the host, are summarised to numbers inside ``add``. Statistics already computed in
+the dump window are reused through the one :class:`~dumpers.torch_dump.statcache.StatCache`.
 """
 from __future__ import annotations
 
 import math
-from math import isfinite as _isfinite
 import zlib
 from typing import Optional
 
-import numpy as np
 import torch
 
 from dumpers import format as fmt
-from dumpers import jsonfast
-from dumpers.torch_dump import fastreduce
-from dumpers.torch_dump.statcache import FINITE, StatCache, dense_block
-
+from dumpers import json_render
+from dumpers.torch_dump import stat_kernel
+from dumpers.torch_dump.statcache import FINITE, StatCache, dense_block, version_of
 
 
 def warm_up() -> None:
-    """Load (or, the first time for this user, compile) the one-pass kernel now, not in the first dumped step."""
-    fastreduce.kernels()
-
-
-def version_of(t: torch.Tensor) -> Optional[int]:
-    """The tensor's version counter; None for inference tensors, which have none (never cached)."""
-    return None if t.is_inference() else t._version
+    """Load (the first time for this user: compile) the one-pass kernel now, not in the first dumped step."""
+    stat_kernel.kernels()
 
 
 _TENSOR = fmt.TORCH_TENSOR_TYPE
@@ -68,48 +67,30 @@ def _mean(t: torch.Tensor) -> torch.Tensor:
     return t.mean()
 
 
-# dtypes whose CPU max/min numpy computes exactly and several times faster than ``torch.aminmax``
-_MAX, _MIN = np.maximum.reduce, np.minimum.reduce
 # dtypes the one-pass kernel reads (by the name it knows them by)
 _ONE_PASS = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
              torch.float16: "float16"}
-_NUMPY_MINMAX = frozenset((torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
-                           torch.uint8))
 
 
 def _cpu_numbers(t: torch.Tensor, kind: str) -> list:
     """The statistics of a CPU tensor as Python numbers, computed now (no later sync to save on the host).
 
-    Finite float32/float64/bfloat16/float16 tensors that are contiguous or permuted-dense take the
-    one-pass kernel (:mod:`fastreduce`). Otherwise Max and Min of float32/float64 and integer tensors come from
-    numpy's vectorised reductions over the same memory (exact, NaN-propagating like ``aminmax``) and
-    Mean and Norm from torch's.
+    Finite float32/float64/bfloat16/float16 tensors whose elements fill one block of memory (contiguous or
+    permuted: their statistics do not depend on the order of the elements) take the one-pass kernel;
+    everything else takes torch's reductions.
     """
-    # a permuted dense tensor (a transpose) covers exactly numel slots from data_ptr(): its statistics
-    # do not depend on the order of its elements
-    one_pass = kind == "float" and t.dtype in _ONE_PASS and not t.is_neg() \
-        and dense_block(t)
-    if one_pass:
-        numbers = fastreduce.summarize_memory(t.data_ptr(), t.numel(), _ONE_PASS[t.dtype])
+    if kind == "float" and t.dtype in _ONE_PASS and not t.is_neg() and dense_block(t):
+        numbers = stat_kernel.summarize_memory(t.data_ptr(), t.numel(), _ONE_PASS[t.dtype])
         if numbers is not None:
             return numbers
-    if kind in ("float", "int") and t.dtype in _NUMPY_MINMAX:
-        try:
-            a = t.numpy()
-        except (RuntimeError, TypeError):
-            a = None
-        if a is not None:
-            mx, mn = _MAX(a, axis=None).item(), _MIN(a, axis=None).item()
-            if kind == "int":
-                return [mx, mn]
-            return [mx, mn, _mean(t).item(), torch.linalg.vector_norm(t).item()]
     if kind == "scalar":                # read now: no copy needed to outlive an in-place call
         return [(t.abs() if t.is_complex() else t).item()]
-    return [v.item() for v in _reductions(t, kind)]
+    return [v.item() for v in reductions(t, kind)]
 
 
-def _reductions(t: torch.Tensor, kind: str) -> list:
-    """The statistics of ``t`` as 0-d tensors on its device (no host sync, no per-tensor stacking)."""
+def reductions(t: torch.Tensor, kind: str) -> list:
+    """The statistics of ``t`` as 0-d tensors on its device (no host sync, no per-tensor stacking): torch's
+    own reductions, the reference of the one-pass kernel."""
     if kind == "bool":
         return [t.any(), t.all()]
     if kind == "scalar":        # a copy: an in-place call may change the value before resolve() reads it
@@ -154,18 +135,13 @@ def crc32_hex(t: torch.Tensor) -> str:
 class StatBatch:
     """The tensor items of one call; statistics filled by :meth:`resolve` with one host transfer."""
 
-    __slots__ = ("md5", "cache", "pending", "twins", "keep_inputs")
+    __slots__ = ("md5", "cache", "pending", "keep_inputs")
 
     def __init__(self, md5: bool = False, cache: Optional[StatCache] = None, keep_inputs: bool = False) -> None:
         self.md5 = md5
         self.cache = cache
         self.keep_inputs = keep_inputs    # an API call's inputs are remembered too (see add)
         self.pending: list = []
-        self.twins: dict = {}             # id -> (tensor, version, reductions) added in this phase
-
-    def new_phase(self) -> None:
-        """The call ran: tensors added from now on (its outputs) never share the inputs' reductions."""
-        self.twins.clear()
 
     def add(self, t: torch.Tensor, cacheable: bool = False) -> dict:
         """The JSON item for ``t`` (type, dtype, shape, statistics, requires_grad).
@@ -180,12 +156,9 @@ class StatBatch:
         if info is None:
             info = _dtype_info(t.dtype)
         requires_grad = t.requires_grad
-        try:
-            version = t._version
-        except RuntimeError:            # inference tensors have no version counter: never reused
-            version = None
         cache = self.cache
-        if cache is not None and version is not None:
+        version = version_of(t) if cache is not None else None
+        if version is not None:
             hit = cache.get(t, version)
             if hit is not None:
                 mx, mn, mean, norm, extra = hit
@@ -199,33 +172,27 @@ class StatBatch:
         kind = kind_of(t)
         if kind == "empty":
             return item
-        cacheable = cacheable or self.keep_inputs
-        twin = self.twins.get(id(t)) if version is not None else None
-        if twin is not None and twin[0] is t and twin[1] == version:
-            data, values = twin[2], twin[3]  # the same tensor, unchanged, twice in one call (x * x)
+        cacheable = (cacheable or self.keep_inputs) and version is not None
+        data = t.detach() if requires_grad else t
+        if data.layout != torch.strided:
+            data = data.to_dense()
+        if data.is_cpu:                 # on the host already: the numbers now, no later transfer
+            values = _cpu_numbers(data, kind)
         else:
-            data = t.detach() if requires_grad else t
-            if data.layout != torch.strided:
-                data = data.to_dense()
-            if data.is_cpu:             # on the host already: the numbers now, no later transfer
-                values = _cpu_numbers(data, kind)
-            else:
-                values = _reductions(data, kind)
-            if version is not None:
-                self.twins[id(t)] = (t, version, data, values)
+            values = reductions(data, kind)
         if isinstance(values[0], torch.Tensor):
             gen = cache.generation if cache is not None else None
             self.pending.append((item, kind, data, values, t if cacheable else None, version, gen))
             return item
         self._fill(item, kind, data, values)
-        if cacheable and cache is not None:
+        if cacheable:
             cache.put_item(t, version, item)
         return item
 
     def text(self, t: torch.Tensor, cacheable: bool, level: int) -> str:
         """The dump.json text at ``level`` of the item :meth:`add` makes for ``t``, with the same effects.
 
-        ``t`` is a strided CPU tensor (:func:`dumpers.torch_dump.jsontext.plain_value`). One with ordinary
+        ``t`` is a strided CPU tensor (:func:`dumpers.torch_dump.entry_text.plain_value`). One with ordinary
         statistics (finite floats, integers) is rendered straight from its numbers, without the item
         dict; anything else goes through :meth:`add` and the renderer. This runs for most tensors of a
         step, so it asks the tensor for as few attributes as it can, and its look-up at the top repeats
@@ -236,62 +203,50 @@ class StatBatch:
         if info is None:
             info = _dtype_info(dtype)
         requires_grad = t.requires_grad
-        try:
-            version = t._version
-        except RuntimeError:
-            version = None
         shape = t.shape
         cache = self.cache
-        if cache is not None and version is not None:
+        version = version_of(t) if cache is not None else None
+        if version is not None:
             hit = cache.get(t, version)
             if hit is not None:
                 mx, mn, mean, norm, extra = hit
                 if extra is FINITE:      # four finite floats (the one-pass kernel's): the short renderer
-                    text = jsonfast.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
+                    text = json_render.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
                     if text is not None:
                         return text
                 elif extra is None:
-                    text = jsonfast.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
+                    text = json_render.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
                     if text is not None:
                         return text
                 return self._text_of(t, cacheable, level)
         kind = info[1]
-        if kind not in ("float", "int") or self.md5 or not shape or 0 in shape \
-                or (version is not None and id(t) in self.twins):
+        if kind not in ("float", "int") or self.md5 or not shape or 0 in shape:
             return self._text_of(t, cacheable, level)
-        values = None
-        cacheable = cacheable or self.keep_inputs
-        if dtype in _ONE_PASS and t.is_contiguous() and not t.is_neg():
-            values = fastreduce.summarize_memory(t.data_ptr(), t.numel(), _ONE_PASS[dtype])
-        if values is not None:          # the one-pass kernel answers for finite data only
-            mx, mn, mean, norm = values
-            if version is not None:     # (a twin's data is read only for non-finite values or md5)
-                self.twins[id(t)] = (t, version, t, values)
-                if cacheable and cache is not None:
-                    cache.put(t, version, (mx, mn, mean, norm, FINITE))
-            text = jsonfast.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
-            return text if text is not None else self._text_of(t, cacheable, level)
-        data = t.detach() if requires_grad else t
-        values = _cpu_numbers(data, kind)
-        if kind == "int":
-            mx, mn, mean, norm = int(values[0]), int(values[1]), None, None
-        else:
-            mx, mn, mean, norm = values
-            if not (_isfinite(mx) and _isfinite(mn)):
+        cacheable = (cacheable or self.keep_inputs) and version is not None
+        if kind == "float":
+            values = None
+            if dtype in _ONE_PASS and t.is_contiguous() and not t.is_neg():
+                values = stat_kernel.summarize_memory(t.data_ptr(), t.numel(), _ONE_PASS[dtype])
+            if values is None:          # the one-pass kernel answers for finite data only
                 return self._text_of(t, cacheable, level)
-        if version is not None:
-            self.twins[id(t)] = (t, version, data, values)
-            if cacheable and cache is not None:
-                cache.put(t, version, (mx, mn, mean, norm, None))
-        text = jsonfast.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
+            mx, mn, mean, norm = values
+            if cacheable:
+                cache.put(t, version, (mx, mn, mean, norm, FINITE))
+            text = json_render.finite_tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
+            return text if text is not None else self._text_of(t, cacheable, level)
+        mx, mn = (v.item() for v in reductions(t.detach() if requires_grad else t, kind))
+        mean = norm = None
+        if cacheable:
+            cache.put(t, version, (mx, mn, mean, norm, None))
+        text = json_render.tensor_text(info[0], shape, mx, mn, mean, norm, requires_grad, level)
         return text if text is not None else self._text_of(t, cacheable, level)
 
     def _text_of(self, t: torch.Tensor, cacheable: bool, level: int) -> str:
         item = self.add(t, cacheable)
         if self.pending:
             self.resolve()
-        text = jsonfast.tensor_item_text(item, level)
-        return text if text is not None else jsonfast.dumps_json_fast(item, level)
+        text = json_render.tensor_item_text(item, level)
+        return text if text is not None else json_render.dumps_json_fast(item, level)
 
     def resolve(self) -> None:
         """Fill every pending item with one host transfer per device.

@@ -107,21 +107,17 @@ def reason(row: Any) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _compare() -> Any:
-    """The compare layer, its metric kernel built by the dumpers' compile-once rules (dumpers/cbuild.py)."""
-    from dumpers import cbuild
-
-    from ..precision import compare, native_metrics
-    native_metrics.set_builder(cbuild.build)
+    """The compare layer (imported on first use)."""
+    from ..precision import compare
     return compare
 
 
 def prepare_compare() -> None:
-    """Compile (first use of a user) and load the metric kernel now, once per process, so that no call's
-    ``--msprobe-timeout`` counts it."""
-    _compare()                      # hands the kernel its builder
-    from ..precision import native_metrics
-    if native_metrics.enabled():
-        native_metrics.library()
+    """Load the compiled metric kernel (numba's cache; compiled the first time for this Python) for the
+    usual dtype pairs now, once per process, so that no call's ``--msprobe-timeout`` counts it."""
+    _compare()
+    from dumpers import metrics_engine
+    metrics_engine.warm_up()
 
 
 def skip_result(name: str, message: str, *, data_mode: str = REAL_DATA, seed: int | None = None,

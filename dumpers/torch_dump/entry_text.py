@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from dumpers import format as fmt
-from dumpers import jsonfast
+from dumpers import json_render
 
 ENTRY_LEVEL = 2                       # dump.json -> "data" -> entry
 _ESC = json.encoder.encode_basestring_ascii
@@ -27,12 +27,12 @@ def entry_text(entry: dict) -> str:
     Encoded strings never hold a raw newline (JSON escapes them), so every newline of the text is
     structural and indenting it shifts the whole value two levels deeper.
     """
-    return jsonfast.dumps_json_fast(entry, ENTRY_LEVEL)
+    return json_render.dumps_json_fast(entry, ENTRY_LEVEL)
 
 
 def dump_json_text(header: dict, texts: dict) -> str:
     """dump.json from its header fields and the finished text of every entry (key -> text), in order."""
-    head = jsonfast.dumps_json_fast({**header, "data": None})
+    head = json_render.dumps_json_fast({**header, "data": None})
     if not head.endswith(_TAIL):
         raise ValueError("dump.json header must be a dict of plain values without a 'data' key")
     head = head[: -len("null\n}")]
@@ -43,7 +43,7 @@ def dump_json_text(header: dict, texts: dict) -> str:
 
 
 # --- entries of plain calls, rendered as they are encoded (see DumpSession._plain_begin) ------------------
-_I = jsonfast.INDENTS
+_I = json_render.INDENTS
 _PLAIN_SCALARS = {bool: "bool", int: "int", float: "float", str: "str"}
 ITEM_LEVEL = ENTRY_LEVEL + 2          # entry -> "input_args" list -> item
 _ARGS, _KWARGS, _OUTPUT, _INPUT = (_ESC(key) for key in (fmt.INPUT_ARGS, fmt.INPUT_KWARGS, fmt.OUTPUT, fmt.INPUT))
@@ -67,15 +67,15 @@ def item_text(value: Any, batch: Any, cacheable: bool, on_tensor: Any = None, pa
     kind = _PLAIN_SCALARS.get(type(value))
     if kind is not None:
         i = _I[ITEM_LEVEL + 1]
-        return f'{{{i}"type": "{kind}",{i}"value": {jsonfast.SCALAR_TEXT[type(value)](value)}{_I[ITEM_LEVEL]}}}'
+        return f'{{{i}"type": "{kind}",{i}"value": {json_render.SCALAR_TEXT[type(value)](value)}{_I[ITEM_LEVEL]}}}'
     if on_tensor is None:
         return batch.text(value, cacheable or value.requires_grad, ITEM_LEVEL)
     item = batch.add(value, cacheable or value.requires_grad)
     on_tensor(value, item, path)
     if batch.pending:
         batch.resolve()
-    text = jsonfast.tensor_item_text(item, ITEM_LEVEL)
-    return text if text is not None else jsonfast.dumps_json_fast(item, ITEM_LEVEL)
+    text = json_render.tensor_item_text(item, ITEM_LEVEL)
+    return text if text is not None else json_render.dumps_json_fast(item, ITEM_LEVEL)
 
 
 def list_text(items: list) -> str:
@@ -107,7 +107,7 @@ def backward_text(inputs: str, outputs: str) -> str:
 # --- stack.json, from the text of each call stack's lines (rendered once per stack, not once per step) -------------
 def lines_text(lines: list) -> str:
     """The text of one stack group's frame lines where stack.json holds them (a list two levels deep)."""
-    return jsonfast.dumps_json_fast(lines, 2)
+    return json_render.dumps_json_fast(lines, 2)
 
 
 def stack_json_text(groups: list) -> str:
@@ -116,6 +116,6 @@ def stack_json_text(groups: list) -> str:
     if not groups:
         return "{}"
     i1, i2 = _I[1], _I[2]
-    body = ("," + i1).join([f"{_ESC(str(sid))}: [{i2}{jsonfast.dumps_json_fast(keys, 2)},{i2}{lines}{i1}]"
+    body = ("," + i1).join([f"{_ESC(str(sid))}: [{i2}{json_render.dumps_json_fast(keys, 2)},{i2}{lines}{i1}]"
                             for sid, keys, lines in groups])
     return "{" + i1 + body + _I[0] + "}"

@@ -1,0 +1,306 @@
+"""The one metric pass of the precision standard (spec precision-standard.md section 2), shared by the checker
+(``pytest_msprobe.precision``) and online dispatch.
+
+:func:`run` walks the prepared bench and device arrays in chunks of at most ``chunk`` elements; each chunk is
+read once by the compiled kernel (:func:`dumpers.metrics_kernel.chunk_pass`), which returns the counts and
+maxima and leaves the per-element arrays whose sums numpy makes (masked squares, kept relative errors, ULP
+errors, float64 copies for the cosine's dot products), so every sum is numpy's, in numpy's order. Results
+keep the scalar types msprobe writes: float32 results stay ``np.float32``, float64 ones ``np.float64`` or
+Python ``float``, "no data" results the integer ``0``.
+
+Inputs are numpy arrays or chunk sources: objects with ``dtype`` (a numpy dtype), ``size`` and
+``read(start, stop)`` returning a 1-D array, optionally ``read_into(start, stop, out)`` filling a buffer.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+
+from dumpers import metrics_kernel as K
+
+CHUNK = 1 << 16
+COSINE_ZERO_EPS = float(np.finfo(np.float64).eps)
+
+MSG_SCALAR = "All the data in device dump data is scalar. Please refer to other compare algorithms."
+MSG_BOTH_ZERO = "All the data in device and bench outputs are zero."
+MSG_DEVICE_ZERO = "All the data is zero in device dump data."
+MSG_BENCH_ZERO = "All the data is zero in bench dump data."
+MSG_COS_NAN = "Dump data has NaN when comparing with Cosine Similarity."
+MSG_EMPTY_MAX = "zero-size array to reduction operation maximum which has no identity"
+
+_KIND = {np.dtype(np.float64): K.F64, np.dtype(np.float32): K.F32, np.dtype(np.float16): K.F16}
+# unscaled float64 sums of squares are safe for maxima in this range (n <= 2^63 elements)
+_SAFE_LO, _SAFE_HI = 1e-130, 1e130
+
+
+class ArraySource:
+    """A numpy array seen as a flat chunk source (a view when the array is contiguous)."""
+
+    def __init__(self, array: Any) -> None:
+        self.array = np.asarray(array).reshape(-1)
+        self.dtype = self.array.dtype
+        self.size = int(self.array.size)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        return self.array[start:stop]
+
+
+def as_source(x: Any) -> Any:
+    """Wrap a numpy array (or anything array-like) as a chunk source; pass sources through."""
+    if hasattr(x, "read") and hasattr(x, "size") and hasattr(x, "dtype"):
+        return x
+    return ArraySource(x)
+
+
+class CosineResult(NamedTuple):
+    """Cosine cell value (None = blank), whether the cosine step passed, and its message fragment."""
+    value: Any
+    passed: bool
+    message: str
+
+
+@dataclass
+class MetricSet:
+    """Result of :func:`run`: cell values keyed by the details-row field names, plus side facts."""
+    n: int
+    values: dict = field(default_factory=dict)
+    cosine: Optional[CosineResult] = None
+    nonfinite_mismatch: int = 0       # non-finite positions where bench and device disagree
+    nonfinite_agreed: int = 0         # non-finite positions where they agree (counted as equal)
+
+
+class Groups(NamedTuple):
+    """What to compute, with the parameters already in the types the standard compares them in."""
+    eps: float                                   # relative-error epsilon (bench type)
+    legacy: bool = True                          # cosine, max abs error, the three ratios
+    ratios: tuple = ()                           # ((field name, threshold), ...) of the ratios
+    binary: bool = False
+    small_value: Optional[tuple] = None          # (sv, atol)
+    absolute: Optional[tuple] = None             # (rtol, sv, atol, finite bound of the device type)
+    ulp: Optional[tuple] = None                  # (min_eb, exponent_num, compute dtype name, threshold)
+    agree_nonfinite: bool = True
+    class_match: bool = True
+    cosine_pass: float = 0.99
+
+
+def _read(source: Any, start: int, stop: int, buf: np.ndarray) -> np.ndarray:
+    into = getattr(source, "read_into", None)
+    if into is not None:
+        return into(start, stop, buf)
+    return source.read(start, stop)
+
+
+def _kernel_view(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint16) if a.dtype == np.float16 else a
+
+
+def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSet:
+    """Every requested metric of two prepared float arrays (or sources) of the same size, in one pass."""
+    bs, ds = as_source(bench), as_source(device)
+    if bs.size != ds.size:
+        raise ValueError(f"bench has {bs.size} elements but device has {ds.size}; compare shapes first")
+    tb, td = np.dtype(bs.dtype), np.dtype(ds.dtype)
+    if tb not in _KIND or td not in _KIND:
+        raise TypeError(f"float metrics need float16/32/64 arrays, not {tb.name} and {td.name}")
+    tae = np.result_type(tb, td)
+    n = bs.size
+    g = groups
+    flags = ((K.LEGACY if g.legacy else 0) | (K.BINARY if g.binary else 0)
+             | (K.SMALL if g.small_value is not None else 0) | (K.ABSOLUTE if g.absolute is not None else 0)
+             | (K.ULP if g.ulp is not None else 0) | (K.AGREE if g.agree_nonfinite else 0)
+             | (K.CLASS_MATCH if g.class_match else 0))
+    par = np.zeros(K.N_PAR)
+    par[K.P_EPS] = tb.type(g.eps)
+    for slot, (_, t) in zip((K.P_T0, K.P_T1, K.P_T2), g.ratios):
+        par[slot] = tae.type(t)
+    if g.small_value is not None:
+        par[K.P_SV], par[K.P_SV_ATOL] = tb.type(g.small_value[0]), tae.type(g.small_value[1])
+    if g.absolute is not None:
+        rtol, sv, atol, hi = g.absolute
+        par[K.P_A_RTOL], par[K.P_A_SV], par[K.P_A_ATOL], par[K.P_A_HI] = (tae.type(rtol), tb.type(sv),
+                                                                         tae.type(atol), td.type(hi))
+    tc = np.dtype(np.float32)
+    if g.ulp is not None:
+        min_eb, exponent_num, compute, thr = g.ulp
+        tc = np.dtype(compute)
+        par[K.P_MIN_EB], par[K.P_EXP], par[K.P_THR], par[K.P_KC] = min_eb, exponent_num, tc.type(thr), _KIND[tc]
+    k = max(min(chunk, n), 1)
+    dots = g.legacy
+    sq, re = np.empty(k, tae), np.empty(k, tae)
+    b64, d64 = (np.empty(k), np.empty(k)) if dots else (np.empty(0), np.empty(0))
+    ulp = np.empty(k if g.ulp is not None else 0, tc)
+    bbuf, dbuf = np.empty(k, tb), np.empty(k, td)
+    cnt = np.zeros(K.N_CNT, np.int64)
+    mx = np.full(K.N_MAX, -1.0)
+    sq_sum = re_sum = ulp_sum = dot = sdd = sbb = 0.0
+    # float16 scratch is kept as float32 by the kernel (exact) and summed as float16 by numpy
+    sq_k = sq if tae != np.float16 else np.empty(k, np.float32)
+    re_k = re if tae != np.float16 else np.empty(k, np.float32)
+    small = g.small_value is not None
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for start in range(0, n, chunk):
+            stop = min(start + chunk, n)
+            m = stop - start
+            bc = _kernel_view(_read(bs, start, stop, bbuf[:m]))
+            dc = _kernel_view(_read(ds, start, stop, dbuf[:m]))
+            kept = K.chunk_pass(bc, dc, _KIND[tb], _KIND[td], flags, par, sq_k[:m], re_k[:m],
+                                b64[:m] if dots else b64, d64[:m] if dots else d64, ulp[:m], cnt, mx)
+            if small:
+                if sq_k is not sq:
+                    np.copyto(sq[:m], sq_k[:m], casting="unsafe")
+                    np.copyto(re[:kept], re_k[:kept], casting="unsafe")
+                sq_sum += float(np.sum(sq[:m]))
+                if kept:
+                    re_sum += float(np.sum(re[:kept]))
+            if g.ulp is not None:
+                ulp_sum += float(np.sum(ulp[:m]))
+            if dots and n > chunk:
+                dot += float(np.einsum("i,i->", d64[:m], b64[:m]))
+                sdd += float(np.einsum("i,i->", d64[:m], d64[:m]))
+                sbb += float(np.einsum("i,i->", b64[:m], b64[:m]))
+    out = MetricSet(n=n, nonfinite_mismatch=int(cnt[K.C_MISMATCH]), nonfinite_agreed=int(cnt[K.C_AGREED]))
+    v = out.values
+    if g.legacy:
+        out.cosine = _cosine(n, chunk, mx, (dot, sdd, sbb), (bs, ds, b64, d64), g)
+        v["cosine"] = out.cosine.value
+        v["max_abs_err"] = None if n == 0 else tae.type(mx[K.M_AE])
+        for (key, _), c in zip(g.ratios, (cnt[K.C_R0], cnt[K.C_R1], cnt[K.C_R2])):
+            v[key] = int(c) / n if n else 1
+    if g.binary:
+        v["binary_error_rate"] = int(cnt[K.C_BIN]) / n if n else "Nan"
+    if small:
+        sv_count, masked = int(cnt[K.C_SV]), int(cnt[K.C_MASKED])
+        v["small_value_err_ratio"] = int(cnt[K.C_SV_ERR]) / sv_count if sv_count else 0
+        v["rmse"] = math.sqrt(sq_sum / n * (n / (n - masked + 0.0001) + 0.0001)) if n else float("nan")
+        v["error_balance"] = abs(int(cnt[K.C_EBP]) - int(cnt[K.C_EBN])) / n if n else 0
+        kept_total = int(cnt[K.C_KEPT])
+        re_max = mx[K.M_RE]
+        if kept_total and not (re_max < 0):
+            v["max_rel_err"] = tae.type(re_max)
+            v["mean_rel_err"] = tae.type(re_sum / kept_total)
+        else:
+            v["max_rel_err"] = v["mean_rel_err"] = 0
+    if g.absolute is not None:
+        inf_count, normal, abs_sv = int(cnt[K.C_INF]), int(cnt[K.C_NORMAL]), int(cnt[K.C_ASV])
+        v["inf_nan_error_rate"] = int(cnt[K.C_INF_BAD]) / inf_count if inf_count else 0
+        v["rel_err_error_rate"] = int(cnt[K.C_NORMAL_ERR]) / normal if normal else 0
+        v["abs_err_error_rate"] = int(cnt[K.C_ASV_ERR]) / abs_sv if abs_sv else 0
+    if g.ulp is not None:
+        if n:
+            v["ulp_max"] = tc.type(mx[K.M_ULP])
+            v["ulp_mean"] = tc.type(ulp_sum / n)
+            v["ulp_above_threshold_ratio"] = int(cnt[K.C_ULP_ABOVE]) / n
+        else:
+            v["ulp_max"] = v["ulp_mean"] = v["ulp_above_threshold_ratio"] = 0
+    return out
+
+
+def _cosine(n: int, chunk: int, mx: np.ndarray, sums: tuple, data: tuple, g: Groups) -> CosineResult:
+    """Cosine similarity (2.1). One chunk: msprobe's normalised formula over the kernel's float64 copies.
+    Several chunks: the dot products summed during the pass (the same value up to rounding), unless the
+    maxima are so large or small that the unscaled squares could overflow; then a normalised second read."""
+    if n == 0:
+        raise ValueError(MSG_EMPTY_MAX)
+    if n == 1:
+        return CosineResult(None, True, MSG_SCALAR)
+    max_d, max_b = mx[K.M_D], mx[K.M_B]
+    d_zero, b_zero = max_d <= COSINE_ZERO_EPS, max_b <= COSINE_ZERO_EPS
+    if d_zero and b_zero:
+        return CosineResult(None, True, MSG_BOTH_ZERO)
+    if d_zero:
+        return CosineResult(None, False, MSG_DEVICE_ZERO)
+    if b_zero:
+        return CosineResult(None, False, MSG_BENCH_ZERO)
+    md, mb = np.float64(max_d), np.float64(max_b)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if n > chunk and all(_SAFE_LO < m < _SAFE_HI for m in (max_d, max_b)):
+            dot, sdd, sbb = sums
+        elif n <= chunk:
+            _, _, b64, d64 = data
+            d, b = d64[:n] / md, b64[:n] / mb
+            dot, sdd, sbb = (float(np.einsum("i,i->", d, b)), float(np.einsum("i,i->", d, d)),
+                             float(np.einsum("i,i->", b, b)))
+        else:
+            dot, sdd, sbb = _normalised_dots(n, chunk, md, mb, data, g)
+        cos = np.float64(dot) / (np.sqrt(np.float64(sdd)) * np.sqrt(np.float64(sbb)))
+    if np.isnan(cos):
+        return CosineResult(float("nan"), False, MSG_COS_NAN)
+    cos = float(min(1.0, max(-1.0, cos)))
+    return CosineResult(cos, cos > g.cosine_pass, "")
+
+
+def _normalised_dots(n: int, chunk: int, md: Any, mb: Any, data: tuple, g: Groups) -> tuple:
+    """The dot products of the normalised copies, chunk by chunk: the kernel's float64 copies of each chunk
+    read again (agreed non-finite positions zeroed as in the pass) divided by the maxima."""
+    bs, ds, b64, d64 = data
+    tb, td = np.dtype(bs.dtype), np.dtype(ds.dtype)
+    cnt, mx = np.zeros(K.N_CNT, np.int64), np.full(K.N_MAX, -1.0)
+    par = np.zeros(K.N_PAR)
+    par[K.P_EPS] = tb.type(g.eps)
+    flags = K.LEGACY | (K.AGREE if g.agree_nonfinite else 0)
+    empty = np.empty(0)
+    dot = sdd = sbb = 0.0
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        m = stop - start
+        bc = _kernel_view(np.asarray(bs.read(start, stop), tb))
+        dc = _kernel_view(np.asarray(ds.read(start, stop), td))
+        K.chunk_pass(bc, dc, _KIND[tb], _KIND[td], flags, par, empty, empty, b64[:m], d64[:m],
+                     np.empty(0, np.float32), cnt, mx)
+        d, b = d64[:m] / md, b64[:m] / mb
+        dot += float(np.einsum("i,i->", d, b))
+        sdd += float(np.einsum("i,i->", d, d))
+        sbb += float(np.einsum("i,i->", b, b))
+    return dot, sdd, sbb
+
+
+def binary_error_rate(bench: Any, device: Any, *, agree_nonfinite: bool = False, chunk: int = CHUNK) -> Any:
+    """count(B != D) / N (2.4) of arrays of any dtype; the string "Nan" for empty outputs."""
+    bs, ds = as_source(bench), as_source(device)
+    n = bs.size
+    if n == 0:
+        return "Nan"
+    if np.dtype(bs.dtype).kind == "f" and np.dtype(ds.dtype).kind == "f":
+        groups = Groups(eps=1.0, legacy=False, binary=True, agree_nonfinite=agree_nonfinite)
+        return run(bs, ds, groups, chunk).values["binary_error_rate"]
+    diff = 0
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        diff += int(K.count_unequal(np.ascontiguousarray(bs.read(start, stop)),
+                                    np.ascontiguousarray(ds.read(start, stop))))
+    return diff / n
+
+
+def cosine(bench: np.ndarray, device: np.ndarray) -> float:
+    """Plain cosine similarity of two float arrays as a Python float: 1.0 for two all-zero or one-element
+    outputs, NaN when an all-zero side, inf/nan or an empty output makes it undefined."""
+    if np.size(bench) == 0:
+        return float("nan")
+    res = run(bench, device, Groups(eps=0.0, agree_nonfinite=False)).cosine
+    if res.value is None:
+        return 1.0 if res.passed else float("nan")
+    return float(res.value)
+
+
+def max_abs_error(bench: np.ndarray, device: np.ndarray) -> float:
+    """max |D - B| as a Python float (NaN propagates; 0.0 for empty arrays)."""
+    if np.size(bench) == 0:
+        return 0.0
+    return float(run(bench, device, Groups(eps=0.0, agree_nonfinite=False)).values["max_abs_err"])
+
+
+def warm_up() -> None:
+    """Run the kernel once for the dtype pairs of fp32, bf16, fp16 and fp64 outputs (1.7), every group on,
+    so their compiled code is loaded (or compiled, the first time) before the first real output."""
+    x = np.linspace(-1.0, 1.0, 8)
+    groups = Groups(eps=1e-7, ratios=(("a", 0.01), ("b", 0.001), ("c", 0.0001)), binary=True,
+                    small_value=(1e-3, 1e-5), absolute=(1e-3, 1e-3, 1e-5, 65504.0),
+                    ulp=(-126, 23, "float64", 32.0))
+    for tb, td in ((np.float64, np.float32), (np.float32, np.float32), (np.float32, np.float16),
+                   (np.float64, np.float64)):
+        run(x.astype(tb), x.astype(td), groups._replace(ulp=(-14, 10, "float32", 1.0)) if tb is np.float32
+            else groups)

@@ -1,0 +1,132 @@
+"""The compiled metric pass (dumpers.metrics_kernel / metrics_engine) against the plain numpy reference
+(tests/metrics_reference.py): the same numbers bit for bit, for every dtype pair of spec 1.7, inf/nan,
+signed zeros, subnormals and chunk edges."""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from metrics_reference import RATIOS, reference
+
+from dumpers import metrics_engine as engine
+
+ROOT = Path(__file__).resolve().parents[1]
+# (bench, device, ULP compute type) of the prepared arrays: fp32 output, bf16 (both float32), fp16,
+# fp64, fp16 type_as, conv's float32 bench
+PAIRS = [(np.float64, np.float32, "float64"), (np.float32, np.float32, "float32"),
+         (np.float32, np.float16, "float32"), (np.float64, np.float64, "float64"),
+         (np.float16, np.float16, "float32")]
+ULP = {"float64": (-126, 23, "float64", 32.0), "float32": (-14, 10, "float32", 1.0)}
+
+
+def same(a, b) -> bool:
+    """Equal value and scalar type (NaN equals NaN)."""
+    if isinstance(a, (str, type(None))) or isinstance(b, (str, type(None))):
+        return a == b
+    if type(a) is not type(b):
+        return False
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def check(b: np.ndarray, d: np.ndarray, ulp: str, chunk: int, agree: bool = True) -> None:
+    args = {"eps": float(np.finfo(b.dtype).eps), "binary": True, "small_value": (1e-3, 1e-5),
+            "absolute": (1e-3, 1e-3, 1e-5, float(np.finfo(d.dtype).max)), "ulp": ULP[ulp]}
+    want = reference(b, d, agree_nonfinite=agree, chunk=chunk, **args)
+    groups = engine.Groups(ratios=RATIOS, agree_nonfinite=agree, **args)
+    if b.size == 0:
+        with pytest.raises(ValueError, match="zero-size"):
+            engine.run(b, d, groups, chunk)
+        return
+    got = engine.run(b, d, groups, chunk)
+    for key, value in want.items():
+        if key == "cosine":
+            assert (got.cosine.value, got.cosine.passed) == value or (
+                math.isnan(value[0]) and math.isnan(got.cosine.value) and not got.cosine.passed), key
+        else:
+            assert same(got.values[key], value), (key, got.values[key], value)
+
+
+special = st.sampled_from([0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, 6e-8, 65504.0, 70000.0, 3e38])
+
+
+@st.composite
+def pair_arrays(draw):
+    tb, td, ulp = draw(st.sampled_from(PAIRS))
+    n = draw(st.integers(0, 300))
+    values = st.one_of(st.floats(-1e5, 1e5, allow_nan=False, width=64), special)
+    x = draw(hnp.arrays(np.float64, n, elements=values))
+    noise = draw(hnp.arrays(np.float64, n, elements=st.one_of(st.floats(-1e-2, 1e-2), special)))
+    with np.errstate(all="ignore"):
+        return x.astype(tb), (x * (1 + noise)).astype(td), ulp
+
+
+@settings(max_examples=150, deadline=None)
+@given(pair_arrays(), st.sampled_from([1 << 16, 7, 64]), st.booleans())
+def test_kernel_equals_the_numpy_reference(arrays, chunk, agree):
+    b, d, ulp = arrays
+    check(b, d, ulp, chunk, agree)
+
+
+@pytest.mark.parametrize("tb, td, ulp", PAIRS)
+@pytest.mark.parametrize("n", [1, 2, 65535, 65536, 65537, 3 * 65536 + 5])
+def test_chunk_edges_and_several_chunks(tb, td, ulp, n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n) * np.exp(rng.uniform(-6, 6, n))
+    b, d = x.astype(tb), (x * (1 + 1e-3 * rng.standard_normal(n))).astype(td)
+    if n > 10:
+        d[3], b[7], d[9], b[9] = np.inf, np.nan, -np.inf, -np.inf
+    check(b, d, ulp, 1 << 16)
+
+
+def test_extreme_magnitudes_take_the_normalised_dot_products():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(3 * 65536 + 17) * 1e200
+    check(x, x * (1 + 1e-6 * rng.standard_normal(x.size)), "float64", 1 << 16)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.int64, np.uint64, np.bool_])
+def test_integer_and_bool_binary_rate(dtype):
+    rng = np.random.default_rng(1)
+    b = rng.integers(0, 2 if dtype is np.bool_ else 100, 70_001).astype(dtype)
+    d = b.copy()
+    d[::7] = (d[::7] + 1) if dtype is not np.bool_ else ~d[::7]
+    assert engine.binary_error_rate(b, d) == np.count_nonzero(b != d) / b.size
+    assert engine.binary_error_rate(b[:0], d[:0]) == "Nan"
+
+
+def test_no_compiler_needed(tmp_path):
+    """No C compiler on PATH (and ``CC`` pointing at nothing): the kernel serves, with the same numbers."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    os.symlink(sys.executable, bare / "python")
+    code = ("import numpy as np; from dumpers import metrics_engine as e; "
+            "x = np.linspace(-3, 3, 1000); r = e.run(x, x.astype(np.float32) * 1.001, "
+            "e.Groups(eps=2.0 ** -52, ratios=(('a', 0.01),), small_value=(1e-6, 1e-9))); "
+            "print(repr(float(r.cosine.value)), repr(r.values['rmse']))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "PATH": str(bare), "CC": "/bin/false"})
+    assert res.returncode == 0, res.stderr
+    x = np.linspace(-3, 3, 1000)
+    r = engine.run(x, x.astype(np.float32) * 1.001,
+                   engine.Groups(eps=2.0 ** -52, ratios=(("a", 0.01),), small_value=(1e-6, 1e-9)))
+    assert res.stdout.split() == [repr(float(r.cosine.value)), repr(r.values["rmse"])]
+
+
+@pytest.mark.parametrize("tb, td, ulp", [PAIRS[0], PAIRS[1], PAIRS[2]])
+def test_ulp_exponent_next_to_powers_of_two(tb, td, ulp):
+    """Bench values just below, at and above powers of two (where the rounded log2 may reach the next
+    integer), subnormals and the mantissa bound of the kernel's shortcut (m = 1.99)."""
+    powers = np.ldexp(1.0, np.arange(-30, 30))
+    below = np.nextafter(powers.astype(tb), tb(0)).astype(np.float64)
+    values = np.concatenate([powers, below, powers * 1.99, powers * np.nextafter(1.99, 2), powers * 1.995,
+                             [1e-40, -1e-42, 5e-324 if tb is np.float64 else 1e-45]])
+    b = np.concatenate([values, -values]).astype(tb)
+    check(b, (b.astype(np.float64) * (1 + 1e-3)).astype(td), ulp, 1 << 16)
