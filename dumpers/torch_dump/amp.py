@@ -11,9 +11,9 @@ from typing import Optional
 import torch
 
 from dumpers import format as fmt
-from dumpers import jsonfast
+from dumpers import json_render
 
-_TAIL = jsonfast.INDENTS[2] + "}"          # how an entry's text ends (an entry sits two levels deep)
+_TAIL = json_render.INDENTS[2] + "}"          # how an entry's text ends (an entry sits two levels deep)
 
 
 def _device_type(args: tuple, kwargs: dict) -> str:
@@ -43,5 +43,5 @@ def with_state(text: str, amp: dict) -> str:
     """A forward entry's finished text with the autocast key added last."""
     if not text.endswith(_TAIL):
         raise ValueError("not the text of a dump.json entry")
-    value = jsonfast.dumps_json_fast(amp, 3)
-    return f'{text[: -len(_TAIL)]},{jsonfast.INDENTS[3]}"{fmt.AUTOCAST}": {value}{_TAIL}'
+    value = json_render.dumps_json_fast(amp, 3)
+    return f'{text[: -len(_TAIL)]},{json_render.INDENTS[3]}"{fmt.AUTOCAST}": {value}{_TAIL}'

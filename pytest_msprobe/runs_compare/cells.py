@@ -1,6 +1,6 @@
 """The metric cells of a compared row (spec compare.md section 4): statistics differences, tensor metrics, CRC32.
 
-Tensor metrics take cosine and the maximum absolute error from :mod:`pytest_msprobe.precision.metrics` (the
+Tensor metrics take cosine and the maximum absolute error from :mod:`dumpers.metrics_engine` (the
 project's one metrics engine); the Euclidean distance and msprobe's relative error (the golden value's epsilon
 added where the golden value is zero) are numpy expressions of their definitions.
 """
@@ -110,7 +110,7 @@ def tensor_metrics(npu: Any, bench: Any) -> list:
     ratios) of two numpy arrays already squeezed as msprobe squeezes them."""
     import numpy as np
 
-    from ..precision.metrics import cosine, max_abs_error
+    from dumpers.metrics_engine import cosine, max_abs_error
 
     if npu.size == 0:
         return [UNSUPPORTED] * TENSOR_METRICS
