@@ -162,9 +162,8 @@ def _write_xlsx(path: str, lines: list, mode: str, stack: bool) -> str:
     sheet.append(table.header(mode, stack))
     for line in lines:
         sheet.append(_texts(table.cells_of(line, mode, stack)))
-    tmp = path + ".tmp"
-    book.save(tmp)
-    os.replace(tmp, path)
+    with atomic.atomic_open(path, binary=True) as fh:
+        book.save(fh)
     return path
 
 
