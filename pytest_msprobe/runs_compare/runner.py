@@ -7,12 +7,13 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from dumpers import atomic
 from dumpers.csvcell import FORMULA_LEAD
 
-from . import match, table
+from . import columnar, match, table
+from .columnar import StatLines
 from .inputs import CompareInputError, Pair, Side, pairs_of, read_side
 from .rows import dump_rows
 
@@ -81,6 +82,8 @@ def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: boo
     mode = target.mode
     notes = list(target.problems) + list(golden.problems)
     t_rows, g_rows = dump_rows(target.data, notes), dump_rows(golden.data, notes)
+    if mode == table.STATISTICS:
+        return mode, _statistics_lines(target, t_rows, g_rows, notes, fuzzy), notes
     pairs = match.fuzzy(t_rows, g_rows) if fuzzy else match.exact(t_rows, g_rows)
     unmatched = sum(1 for _, g in pairs if g is None)
     if unmatched:
@@ -94,10 +97,7 @@ def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: boo
                 first_of.add(key)
                 frames = target.stack.get(key)
                 line.stack = str(frames) if frames is not None else None
-    if mode == table.STATISTICS:
-        for line in lines:
-            line.metrics = table.statistics_metrics(line)
-    elif mode == table.TENSOR:
+    if mode == table.TENSOR:
         load_t, load_g = _tensor_loader(target), _tensor_loader(golden)
         for line in lines:
             if tensors:
@@ -110,6 +110,28 @@ def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: boo
     for group in groups.values():
         table.check_api(group, mode)
     return mode, lines, notes
+
+
+def _statistics_lines(target: Side, t_rows: list, g_rows: list, notes: list, fuzzy: bool) -> StatLines:
+    """The statistics compare over whole columns (:mod:`.columnar`), seen as a sequence of lines."""
+    if fuzzy:
+        ti, gi = columnar.indices_of(match.fuzzy(t_rows, g_rows), t_rows, g_rows)
+    else:
+        ti, gi = columnar.exact_indices(t_rows, g_rows)
+    unmatched = int((gi < 0).sum())
+    if unmatched:
+        notes.append(f"{unmatched} of {len(gi)} rows of {target.dump_json} have no golden row (Bench Name N/A)")
+    stacks = None
+    if target.stack is not None:
+        stacks, seen = {}, set()
+        for j, i in enumerate(ti.tolist()):
+            key = t_rows[i].key
+            if key not in seen:
+                seen.add(key)
+                frames = target.stack.get(key)
+                if frames is not None:
+                    stacks[j] = str(frames)
+    return StatLines(columnar.StatTable(t_rows, g_rows, ti, gi, stacks))
 
 
 def _texts(cells: list) -> list:
@@ -126,6 +148,15 @@ def render_csv(lines: list, mode: str, stack: bool) -> str:
     writer.writerow(table.header(mode, stack))
     writer.writerows(_texts(table.cells_of(line, mode, stack)) for line in lines)
     return buf.getvalue()
+
+
+def _statistics_csv(tab: columnar.StatTable, mode: str, stack: bool) -> Iterator:
+    """The CSV of a statistics compare, encoded, a chunk of lines at a time."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(table.header(mode, stack))
+    yield buf.getvalue().encode()
+    for lo in range(0, len(tab), columnar.CHUNK):
+        yield tab.csv_lines(lo, min(lo + columnar.CHUNK, len(tab)), stack).encode()
 
 
 def timestamp() -> str:
@@ -149,7 +180,10 @@ def compare_pair(pair: Pair, out_dir: str, *, fuzzy: bool = False, stamp: str | 
         result.path = _write_xlsx(os.path.join(out_dir, name + ".xlsx"), lines, mode, stack)
     else:
         path = os.path.join(out_dir, name + ".csv")
-        atomic.write_text(path, render_csv(lines, mode, stack), mode=0o640, fsync=False)
+        if isinstance(lines, StatLines):
+            atomic.write_bytes(path, _statistics_csv(lines.table, mode, stack), mode=0o640, fsync=False)
+        else:
+            atomic.write_text(path, render_csv(lines, mode, stack), mode=0o640, fsync=False)
         result.path = path
     return result
 
