@@ -389,7 +389,10 @@ def _jsonable(value: Any) -> Any:
 def analyze(results: list) -> tuple:
     """(document, findings): the diff_analyze document (``{"rank_N": [node]}``, the first divergence across
     ranks first), empty when no call diverges beyond noise."""
-    findings = [first_divergence(result) for result in results]
+    from .runner import without_cycle_collection
+
+    with without_cycle_collection():
+        findings = [first_divergence(result) for result in results]
     found = sorted((f for f in findings if f.node is not None), key=lambda f: (f.position, f.rank))
     doc: dict = {}
     for i, f in enumerate(found):
