@@ -82,6 +82,7 @@ def main(argv: list | None = None) -> int:
     figures = []
     for run in range(args.runs):
         out = os.path.join(work, f"out{run}")
+        shutil.rmtree(out, ignore_errors=True)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         res = subprocess.run([sys.executable, "-m", "pytest_msprobe.cli", "compare", "-tp",
