@@ -55,8 +55,12 @@ class _Side:
         flat = [v for row in rows for v in row.stats]
         n = len(flat)
         self.flat = flat
-        self.isfloat = np.fromiter((type(v) is float for v in flat), bool, n).reshape(-1, 4)
-        self.vals = np.fromiter((v if type(v) is float else math.nan for v in flat), float, n).reshape(-1, 4)
+        if set(map(type, flat)) <= {float}:                  # the common case: every statistic a float
+            self.isfloat = np.ones((n // 4, 4), bool)
+            self.vals = np.array(flat, dtype=float).reshape(-1, 4)
+        else:
+            self.isfloat = np.fromiter((type(v) is float for v in flat), bool, n).reshape(-1, 4)
+            self.vals = np.fromiter((v if type(v) is float else math.nan for v in flat), float, n).reshape(-1, 4)
         self.fin = self.isfloat & np.isfinite(self.vals)
         self.fin_row = self.fin.all(axis=1)
         self.odd: dict = {}                  # (row, statistic) -> cell text, where not a finite float
@@ -67,7 +71,9 @@ class _Side:
                 self.odd[int(i), int(k)] = quote(v if type(v) is str else cell_text(v))
         names = [row.name for row in rows]
         self.name = np.array(names, dtype=object)
-        bad = [i for i, name in enumerate(names) if name[:1] in FORMULA_LEAD or _needs_quote(name)]
+        joined = "\0".join(names)
+        special = any(ch in joined for ch in _SPECIAL)        # one scan of all names for the rare quoting
+        bad = [i for i, name in enumerate(names) if name[:1] in FORMULA_LEAD or special and _needs_quote(name)]
         for i in bad:
             self.name[i] = quote(_guarded(names[i]))
         self.dtype = _texts([row.dtype for row in rows], True)
