@@ -36,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pytest_msprobe.runs_compare.runner import without_cycle_collection
+
+    with without_cycle_collection():        # the whole command builds acyclic data only; it ends right after
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from pytest_msprobe.runs_compare.inputs import CompareInputError
     from pytest_msprobe.runs_compare.runner import compare_runs
 

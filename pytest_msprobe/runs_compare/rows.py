@@ -90,23 +90,24 @@ def _null_row(name: str, key: str, state: str) -> Row:
     return Row(name, key, state, NA, NA, NA, ["None"] * 4, NA, NO_FILE, None)
 
 
-def _leaf(item: dict, name: str, key: str, state: str) -> Row:
-    data_name = item.get(fmt.DATA_NAME) or NO_FILE
-    if not isinstance(data_name, str):
+def _leaf(item: dict, name: str, key: str, state: str, _data_name: str = fmt.DATA_NAME) -> Row:
+    get = item.get
+    data_name = get(_data_name) or NO_FILE
+    if type(data_name) is not str:
         data_name = str(data_name)
     full = data_name.rsplit(".", 1)[0] if data_name != NO_FILE else name
-    grad = item.get("requires_grad")
-    grad = NA if grad is None else str(grad)
-    md5 = item.get("md5")
-    kind = item.get("type")
-    dtype = item.get("dtype")
+    grad = get("requires_grad")
+    grad = "True" if grad is True else "False" if grad is False else NA if grad is None else str(grad)
+    md5 = get("md5")
+    kind = get("type")
+    dtype = get("dtype")
     if dtype:
-        stats = [item.get("Max"), item.get("Min"), item.get("Mean"), item.get("Norm")]
+        stats = [get("Max"), get("Min"), get("Mean"), get("Norm")]
         a, b, c, d = stats
         if not (type(a) is float and type(b) is float and type(c) is float and type(d) is float
                 and a == a and b == b and c == c and d == d):     # the common case, finite floats, as they are
             stats = [v if type(v) is float and v == v else _stat(v) for v in stats]
-        shape = item.get("shape")
+        shape = get("shape")
         shape = _shape_text(shape) if type(shape) is list else str(shape)
         if type(dtype) is not str:
             dtype = str(dtype)
