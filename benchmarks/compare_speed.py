@@ -3,10 +3,12 @@
 Writes a synthetic statistics dump.json of ``--calls`` API calls (default 119 000, about 176 MB: the layout of
 benchmarks/real_workload.py's collection figure, each tensor's statistics drawn from a seeded generator) and a
 perturbed copy (every statistic moved by a relative 1e-3, one call in a thousand by 60%), then times the compare
-of the copy against the original in a fresh process: wall and CPU time, peak RSS, rows written. Run with
-``nice``; the target is under 10 s on 2 cores.
+of the copy against the original in a fresh process: CPU and wall time, peak RSS, rows written, the load
+average (on a shared machine the CPU time is the figure to read). Run with ``nice``; the target is under 10 s on
+2 cores. Then a tensor compare of two dumps of ``--tensor-mb`` MB of tensor files each, against reading the same
+files alone, and the bytes the compare read against the files' size (each file should be read once).
 
-    PYTHONPATH=. python benchmarks/compare_speed.py [--calls N] [--workdir DIR] [--runs R]
+    PYTHONPATH=. python benchmarks/compare_speed.py [--calls N] [--workdir DIR] [--runs R] [--tensor-mb MB]
 """
 from __future__ import annotations
 

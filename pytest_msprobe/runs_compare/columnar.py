@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 
@@ -316,13 +316,17 @@ class StatTable:
                             out[j, first + k] = text
         return "\n".join(map(",".join, out.tolist())) + "\n"
 
-    def line(self, j: int, stack_text: Any = None) -> table.Line:
-        """Line ``j`` as a :class:`.table.Line`."""
-        t = self.t.rows[self.ti[j]]
-        g = self.g.rows[self.gi[j]] if self.gi[j] >= 0 else None
-        result, messages = self.verdict(int(self.flags[j]))
-        return table.Line(t, g, self.metrics(j, j + 1)[0], result, messages,
-                          (self.stacks or {}).get(j))
+    def lines(self, lo: int, hi: int) -> list:
+        """Lines ``lo:hi`` as :class:`.table.Line` objects."""
+        out = []
+        stacks = self.stacks or {}
+        t_rows, g_rows = self.t.rows, self.g.rows
+        for j, (i, g, metrics, bits) in enumerate(zip(self.ti[lo:hi].tolist(), self.gi[lo:hi].tolist(),
+                                                      self.metrics(lo, hi), self.flags[lo:hi].tolist()), lo):
+            result, messages = self.verdict(bits)
+            out.append(table.Line(t_rows[i], g_rows[g] if g >= 0 else None, metrics, result, messages,
+                                  stacks.get(j)))
+        return out
 
 
 class StatLines:
@@ -339,14 +343,14 @@ class StatLines:
             j += len(self.table)
         if not 0 <= j < len(self.table):
             raise IndexError(j)
-        return self.table.line(j)
+        return self.table.lines(j, j + 1)[0]
 
     def __iter__(self) -> Iterator:
-        for j in range(len(self.table)):
-            yield self.table.line(j)
+        for lo in range(0, len(self.table), CHUNK):
+            yield from self.table.lines(lo, min(lo + CHUNK, len(self.table)))
 
     def range(self, lo: int, hi: int) -> list:
-        return [self.table.line(j) for j in range(lo, hi)]
+        return self.table.lines(lo, hi)
 
 
 def exact_indices(t_rows: list, g_rows: list) -> tuple:

@@ -180,7 +180,7 @@ def entry_rows(key: str, entry: Any) -> list:
     for body, suffix, state in BODY_KEYS:
         if body in entry:
             _walk(entry[body], key + suffix, key, state, out, 0, False)
-    if any(row.state == PARAMETERS for row in out):
+    if "parameters" in entry and any(row.state == PARAMETERS for row in out):     # only that body gives them
         out.sort(key=lambda row: STATE_ORDER[row.state])      # stable: parameters before outputs
     return out
 
