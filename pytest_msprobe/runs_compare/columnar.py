@@ -40,8 +40,7 @@ def quote(text: str) -> str:
 
 def _guarded(text: str) -> str:
     if text[:1] in FORMULA_LEAD:
-        from .runner import _guard
-        return _guard(text)
+        return cells.guard(text)
     return text
 
 
@@ -65,10 +64,9 @@ class _Side:
         self.fin_row = self.fin.all(axis=1)
         self.odd: dict = {}                  # (row, statistic) -> cell text, where not a finite float
         if not self.fin.all():
-            from .runner import cell_text
             for i, k in zip(*np.nonzero(~self.fin)):
                 v = flat[4 * int(i) + int(k)]
-                self.odd[int(i), int(k)] = quote(v if type(v) is str else cell_text(v))
+                self.odd[int(i), int(k)] = quote(v if type(v) is str else cells.cell_text(v))
         names = [row.name for row in rows]
         self.name = np.array(names, dtype=object)
         joined = "\0".join(names)

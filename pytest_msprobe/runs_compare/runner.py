@@ -5,16 +5,15 @@ import contextlib
 import csv
 import gc
 import io
-import math
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from dumpers import atomic
-from dumpers.csvcell import FORMULA_LEAD
 
 from . import columnar, match, table
+from .cells import cell_text, guard
 from .columnar import StatLines
 from .inputs import CompareInputError, Pair, Side, pairs_of, read_side
 from .rows import dump_rows
@@ -34,27 +33,6 @@ class PairResult:
     golden: Side
     path: str | None = None
     notes: list = field(default_factory=list)
-
-
-def cell_text(value: Any) -> str:
-    """A cell as msprobe's CSV writes it (floats shortest round-trip, infinities with a leading space)."""
-    if isinstance(value, float):
-        if math.isinf(value):
-            return " inf" if value > 0 else " -inf"
-        return repr(value)
-    if isinstance(value, bool):
-        return str(value)
-    return str(value)
-
-
-def _guard(text: str) -> str:
-    """Spreadsheet formula guard for text from a dump: a leading ``= + - @`` on a non-number gets an apostrophe."""
-    if text and text[0] in FORMULA_LEAD and text.strip() not in (" inf", "-inf", "inf"):
-        try:
-            float(text.rstrip("%"))
-        except ValueError:
-            return "'" + text
-    return text
 
 
 def _tensor_loader(side: Side) -> Callable:
@@ -140,7 +118,7 @@ def _texts(cells: list) -> list:
     """Cell texts of one line; the names and dtypes (text from the dump) pass the formula guard."""
     out = [v if type(v) is str else cell_text(v) for v in cells]
     for i in range(4):
-        out[i] = _guard(out[i])
+        out[i] = guard(out[i])
     return out
 
 
