@@ -67,3 +67,14 @@ def test_noise_only_marks_nothing(tmp_path):
     assert diff_json is None
     assert 'id="no-divergence"' in html and 'id="first-divergence"' not in html
     assert _marked_pixels(html) == 0
+
+
+def test_unreadable_diff_json_is_one_line_and_the_curve_is_drawn(tmp_path):
+    from pytest_msprobe.runs_compare.html import render_compare_view
+
+    _, table, _ = _compare(tmp_path, "fault_silu")
+    bad = tmp_path / "diff_analyze_1.json"
+    bad.write_text('{"rank_0": [{"op_name": ')
+    html = open(render_compare_view([table], str(bad), str(tmp_path / "view.html")), encoding="utf-8").read()
+    assert 'id="no-divergence"' in html and "not read" in html and str(bad) in html
+    assert 'src="data:image/png;base64,' in html

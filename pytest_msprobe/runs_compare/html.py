@@ -99,20 +99,29 @@ def read_curve(path: str, rank: int) -> RankCurve:
     return curve
 
 
-def first_nodes(diff_json: str | None) -> list:
-    """(rank, node) of each rank in a diff_analyze JSON, the first divergence across ranks first."""
+def first_nodes(diff_json: str | None, problems: list) -> list:
+    """(rank, node) of each rank in a diff_analyze JSON, the first divergence across ranks first; a file that
+    cannot be read, or a node without an ``op_name``, is left out with one line in ``problems``."""
     if not diff_json:
         return []
-    with open(diff_json, encoding="utf-8") as fh:
-        doc = json.load(fh)
+    from generators import jsonsafe
+
+    try:
+        doc = json.loads(jsonsafe.read_text(diff_json))
+    except (jsonsafe.JSONFileError, ValueError, RecursionError) as exc:
+        problems.append(f"{diff_json}: not read ({exc}); pass the diff_analyze_*.json written by compare -da")
+        return []
     out = []
     for key, nodes in (doc.items() if isinstance(doc, dict) else ()):
-        if not (isinstance(nodes, list) and nodes and isinstance(nodes[0], dict)):
+        node = nodes[0] if isinstance(nodes, list) and nodes else None
+        if not (isinstance(node, dict) and isinstance(node.get("op_name"), str)):
+            problems.append(f"{diff_json}: {key} holds no node with an op_name; left out")
             continue
-        digits = key.rsplit("_", 1)[-1]
-        rank = nodes[0].get("rank", int(digits) if digits.isdigit() else 0)
-        out.append((int(rank), nodes[0]))
-    out.sort(key=lambda item: not item[1].get("first_across_ranks", False))
+        digits = str(key).rsplit("_", 1)[-1]
+        rank = node.get("rank")
+        rank = rank if isinstance(rank, int) else int(digits) if digits.isdigit() else 0
+        out.append((rank, node))
+    out.sort(key=lambda item: item[1].get("first_across_ranks") is not True)
     return out
 
 
@@ -164,7 +173,7 @@ def render_compare_view(csv_paths: list, diff_json: str | None, out_path: str, *
     curves = [read_curve(path, rank_of(path, i)) for i, path in enumerate(csv_paths)]
     by_rank = {c.rank: c for c in curves}
     marks, missing = [], []
-    for rank, node in first_nodes(diff_json):
+    for rank, node in first_nodes(diff_json, missing):
         curve = by_rank.get(rank)
         if curve is None or node.get("op_name") not in curve.rows:
             missing.append(f"rank {rank}: {node.get('op_name')} is not in the compare CSVs given")
