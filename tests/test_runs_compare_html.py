@@ -78,3 +78,20 @@ def test_unreadable_diff_json_is_one_line_and_the_curve_is_drawn(tmp_path):
     html = open(render_compare_view([table], str(bad), str(tmp_path / "view.html")), encoding="utf-8").read()
     assert 'id="no-divergence"' in html and "not read" in html and str(bad) in html
     assert 'src="data:image/png;base64,' in html
+
+
+def test_two_ranks_two_lines_and_the_first_across_ranks_marked(tmp_path):
+    import shutil
+
+    for side, rank0, rank1 in (("target", "fault__softmax", "fault_rsqrt"), ("golden", "golden", "golden")):
+        shutil.copytree(os.path.join(STATS, rank0, "step0", "rank"), tmp_path / side / "step0" / "rank0")
+        shutil.copytree(os.path.join(STATS, rank1, "step0", "rank"), tmp_path / side / "step0" / "rank1")
+    out = tmp_path / "out"
+    assert cli_main(["compare", "-tp", str(tmp_path / "target" / "step0"), "-gp", str(tmp_path / "golden" / "step0"),
+                     "-o", str(out), "-da", "--html"]) == 0
+    (view,) = glob.glob(str(out / "compare_view_*.html"))
+    html = open(view, encoding="utf-8").read()
+    assert re.search(r'data-op="Torch\.rsqrt\.0\.forward" data-rank="1"', html)
+    assert "also diverging: rank 0 Functional.softmax.0.forward" in html
+    assert html.count("compare_result_rank") >= 2 and "rank 0:" in html and "rank 1:" in html
+    assert _marked_pixels(html) > 20
