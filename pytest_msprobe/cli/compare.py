@@ -29,15 +29,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-da", "--diff_analyze", action="store_true",
                         help="also name the first divergence: diff_analyze_{time}.json in OUT")
     parser.add_argument("--xlsx", action="store_true", help="write .xlsx instead of .csv (needs openpyxl)")
+    parser.add_argument("--html", action="store_true",
+                        help="also write compare_view_{timestamp}.html in OUT: the divergence curve (relative error "
+                             "of each call's output in execution order, ranks as lines), the first divergence "
+                             "marked (with -da) and its rows")
 
 
 def run(args: argparse.Namespace) -> int:
+    from pytest_msprobe.runs_compare.runner import without_cycle_collection
+
+    with without_cycle_collection():        # the whole command builds acyclic data only; it ends right after
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from pytest_msprobe.runs_compare.inputs import CompareInputError
     from pytest_msprobe.runs_compare.runner import compare_runs
 
     if args.xlsx and importlib.util.find_spec("openpyxl") is None:
         print("pytest-msprobe compare: error: --xlsx needs openpyxl, which is not installed; "
               "install it (pip install openpyxl) or leave out --xlsx for CSV", file=sys.stderr)
+        return 2
+    if args.xlsx and args.html:
+        print("pytest-msprobe compare: error: --html reads the compare CSVs; leave out --xlsx", file=sys.stderr)
         return 2
     try:
         results = compare_runs(args.target_path, args.golden_path, args.output_path, fuzzy=args.fuzzy_match,
@@ -50,10 +64,19 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for result in results:
         print(f"compare: {result.pair.label or 'dump'} ({result.mode}, {len(result.lines)} rows) -> {result.path}")
+    path = None
     if args.diff_analyze:
         from pytest_msprobe.runs_compare.diverge import analyze_and_write
         path, summary = analyze_and_write(results, args.output_path)
         print(summary)
         if path:
             print(f"first divergence -> {path}")
+    if args.html:
+        import os
+
+        from pytest_msprobe.runs_compare.html import render_compare_view
+        from pytest_msprobe.runs_compare.runner import timestamp
+        view = render_compare_view([r.path for r in results], path,
+                                   os.path.join(args.output_path, f"compare_view_{timestamp()}.html"))
+        print(f"compare view -> {view}")
     return 0

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from dumpers.csvcell import FORMULA_LEAD
+
 NA, NAN_TEXT, INF, NEG_INF, DIFF, ZERO = "N/A", "Nan", "inf", "-inf", "Diff", "0"
 UNSUPPORTED, SHAPE_UNMATCHED = "unsupported", "shape unmatched"
 FLOAT_EPSILON = 2.220446049250313e-16        # a norm at or below this is an all-zero tensor (cosine)
@@ -81,6 +83,27 @@ def stat_diff(npu: Any, bench: Any) -> tuple:
     if (a in (_DEV, _OTHER) and b in _DIFF_SET) or (b in (_DEV, _OTHER) and a in _DIFF_SET):
         return DIFF, DIFF
     return NA, NA
+
+
+def cell_text(value: Any) -> str:
+    """A cell as msprobe's CSV writes it (floats shortest round-trip, infinities with a leading space)."""
+    if isinstance(value, float):
+        if math.isinf(value):
+            return " inf" if value > 0 else " -inf"
+        return repr(value)
+    if isinstance(value, bool):
+        return str(value)
+    return str(value)
+
+
+def guard(text: str) -> str:
+    """Spreadsheet formula guard for text from a dump: a leading ``= + - @`` on a non-number gets an apostrophe."""
+    if text and text[0] in FORMULA_LEAD and text.strip() not in (" inf", "-inf", "inf"):
+        try:
+            float(text.rstrip("%"))
+        except ValueError:
+            return "'" + text
+    return text
 
 
 def fixed12(value: float) -> float:

@@ -19,8 +19,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from dumpers import format as fmt
 
+from .columnar import StatLines
 from .table import MD5, TENSOR
 
 COMM_PREFIXES = ("Distributed.", "MintDistributed.")
@@ -259,17 +262,102 @@ def _output_position(name: str) -> int:
     return int(head) if head.isdigit() else 0
 
 
+class _CallLines:
+    """Entry key -> its lines, made from a :class:`.columnar.StatTable` when asked for."""
+
+    def __init__(self, lines: StatLines) -> None:
+        tab = lines.table
+        starts = tab.group_starts.tolist()
+        ends = starts[1:] + [len(tab)]
+        rows = tab.t.rows
+        self.lines = lines
+        self.spans = {rows[int(tab.ti[lo])].key: (lo, hi) for lo, hi in zip(starts, ends)}
+        self.made: dict = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key not in self.spans:
+            return default
+        if key not in self.made:
+            self.made[key] = self.lines.range(*self.spans[key])
+        return self.made[key]
+
+    def __getitem__(self, key: str) -> list:
+        return self.get(key)
+
+
+def statistics_candidates(tab: Any) -> np.ndarray:
+    """Which calls of a statistics table hold an output that :func:`_judge_call` would not pass over at once: a
+    matched floating output whose statistics differ and whose difference is beyond its final rounding
+    (:func:`stats_observed` and :func:`_surely_within` over whole columns). Every other call is judged None."""
+    from ..precision import expected_error as ee
+
+    t_side, g_side = tab.t, tab.g
+    t_rows, g_rows = t_side.rows, g_side.rows
+    floats: dict = {}
+    t_float = np.fromiter((floats.setdefault(d, _float_dtype(d)) if d not in floats else floats[d]
+                           for d in (t_rows[i].dtype for i in tab.ti.tolist())), bool, len(tab))
+    look = tab.out & tab.matched & t_float
+    idx = np.nonzero(look)[0]
+    ti, gi = tab.ti[idx], tab.gi[idx]
+    tv, gv = _numeric(t_side, ti), _numeric(g_side, gi)
+    with np.errstate(all="ignore"):
+        both_nan = np.isnan(tv) & np.isnan(gv)
+        gap = np.where(np.isfinite(tv) & np.isfinite(gv), np.abs(tv - gv), np.inf)
+        gap = np.where((tv == gv) | both_nan, 0.0, gap)
+        numel: dict = {}
+        counts = np.array([numel.setdefault(g_rows[g].shape, _numel(g_rows[g])) if g_rows[g].shape not in numel
+                           else numel[g_rows[g].shape] for g in gi.tolist()], dtype=float).reshape(-1)
+        max_abs = np.maximum(np.maximum(gap[:, 0], gap[:, 1]),
+                             np.maximum(gap[:, 2], gap[:, 3] / np.sqrt(np.maximum(counts, 1))))
+        mean_abs = gap[:, 2]
+        units: dict = {}
+        for g in set(g_rows[g].dtype for g in gi.tolist()):
+            try:
+                units[g] = ee.unit_roundoff(g)
+            except ValueError:
+                units[g] = math.nan
+        u = np.array([units[g_rows[g].dtype] for g in gi.tolist()], dtype=float).reshape(-1)
+        a, b = np.abs(gv[:, 0]), np.abs(gv[:, 1])
+        scale = np.where(b > a, b, a)
+        mean = np.abs(gv[:, 2])
+        within = (np.isfinite(u) & np.isfinite(scale) & np.isfinite(mean) & (max_abs <= 2 * u * scale)
+                  & (mean_abs <= u * mean))
+    judged = ~((max_abs == 0) & (mean_abs == 0)) & ~within
+    group = np.searchsorted(tab.group_starts, idx[judged], side="right") - 1
+    out = np.zeros(len(tab.group_starts), bool)
+    out[group] = True
+    return out
+
+
+def _numeric(side: Any, idx: np.ndarray) -> np.ndarray:
+    """The four statistics of rows ``idx`` as :func:`_num` reads them."""
+    vals = side.vals[idx].copy()
+    for j in np.nonzero(~side.isfloat[idx].all(axis=1))[0].tolist():
+        i = int(idx[j])
+        for k in range(4):
+            if not side.isfloat[i, k]:
+                vals[j, k] = _num(side.flat[4 * i + k])
+    return vals.reshape(-1, 4)
+
+
 def first_divergence(result: Any) -> Finding:
     """Walk one rank pair's compared calls in execution order for the first divergence."""
-    groups: dict = {}
-    for line in result.lines:
-        groups.setdefault(line.target.key, []).append(line)
+    if isinstance(result.lines, StatLines):
+        groups: Any = _CallLines(result.lines)
+        keys = list(groups.spans)
+        candidate = statistics_candidates(result.lines.table).tolist()
+    else:
+        groups = {}
+        for line in result.lines:
+            groups.setdefault(line.target.key, []).append(line)
+        keys = list(groups)
+        candidate = [True] * len(keys)
     finding = Finding(result.pair.rank, result.pair.label, None)
     comm = 0
-    for position, (key, lines) in enumerate(groups.items()):
+    for position, key in enumerate(keys):
         if key.startswith(SKIPPED_APIS) or key.split(".", 1)[0] in fmt.MODULE_PREFIXES:
             continue
-        judged = _judge_call(key, lines, groups, result.mode)
+        judged = _judge_call(key, groups[key], groups, result.mode) if candidate[position] else None
         if judged is not None:
             finding.checked += 1
         if judged is not None and judged.get("diverged"):
@@ -277,7 +365,7 @@ def first_divergence(result: Any) -> Finding:
             if result.target.stack is not None:
                 stack = result.target.stack.get(key) or result.target.stack.get(
                     key[: -len("backward")] + "forward" if key.endswith(".backward") else key)
-            node = _node(key, lines, stack, result.target.construct, result.mode)
+            node = _node(key, groups[key], stack, result.target.construct, result.mode)
             node.update({k: v for k, v in judged.items() if k != "diverged"})
             node["rank"] = result.pair.rank
             node["execution_index"] = position
@@ -301,7 +389,10 @@ def _jsonable(value: Any) -> Any:
 def analyze(results: list) -> tuple:
     """(document, findings): the diff_analyze document (``{"rank_N": [node]}``, the first divergence across
     ranks first), empty when no call diverges beyond noise."""
-    findings = [first_divergence(result) for result in results]
+    from .runner import without_cycle_collection
+
+    with without_cycle_collection():
+        findings = [first_divergence(result) for result in results]
     found = sorted((f for f in findings if f.node is not None), key=lambda f: (f.position, f.rank))
     doc: dict = {}
     for i, f in enumerate(found):

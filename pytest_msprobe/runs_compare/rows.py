@@ -15,6 +15,7 @@ from dumpers import format as fmt
 INPUT, OUTPUT, PARAMETERS, PARAMS_GRAD = "input", "output", "parameters", fmt.PARAMETERS_GRAD
 NA = "N/A"
 NO_FILE = "-1"
+P2P_OP = "torch.distributed.P2POp"
 MAX_DEPTH = 50          # nesting of one entry's items (msprobe refuses deeper entries)
 
 # body key -> (name suffix, state), in the order msprobe walks an entry
@@ -89,22 +90,24 @@ def _null_row(name: str, key: str, state: str) -> Row:
     return Row(name, key, state, NA, NA, NA, ["None"] * 4, NA, NO_FILE, None)
 
 
-def _leaf(item: dict, name: str, key: str, state: str) -> Row:
-    data_name = item.get(fmt.DATA_NAME) or NO_FILE
-    if not isinstance(data_name, str):
+def _leaf(item: dict, name: str, key: str, state: str, _data_name: str = fmt.DATA_NAME) -> Row:
+    get = item.get
+    data_name = get(_data_name) or NO_FILE
+    if type(data_name) is not str:
         data_name = str(data_name)
     full = data_name.rsplit(".", 1)[0] if data_name != NO_FILE else name
-    grad = item.get("requires_grad")
-    grad = NA if grad is None else str(grad)
-    md5 = item.get("md5")
-    kind = item.get("type")
-    dtype = item.get("dtype")
+    grad = get("requires_grad")
+    grad = "True" if grad is True else "False" if grad is False else NA if grad is None else str(grad)
+    md5 = get("md5")
+    kind = get("type")
+    dtype = get("dtype")
     if dtype:
-        stats = [item.get("Max"), item.get("Min"), item.get("Mean"), item.get("Norm")]
-        for i, value in enumerate(stats):
-            if type(value) is not float or value != value:      # the common case, a finite float, as it is
-                stats[i] = _stat(value)
-        shape = item.get("shape")
+        stats = [get("Max"), get("Min"), get("Mean"), get("Norm")]
+        a, b, c, d = stats
+        if not (type(a) is float and type(b) is float and type(c) is float and type(d) is float
+                and a == a and b == b and c == c and d == d):     # the common case, finite floats, as they are
+            stats = [v if type(v) is float and v == v else _stat(v) for v in stats]
+        shape = get("shape")
         shape = _shape_text(shape) if type(shape) is list else str(shape)
         if type(dtype) is not str:
             dtype = str(dtype)
@@ -141,10 +144,16 @@ def _walk(value: Any, name: str, key: str, state: str, out: list, depth: int, gr
     if not value:
         return
     if isinstance(value, list):
+        leaf_ok = depth < MAX_DEPTH
         for i, sub in enumerate(value):
-            _walk(sub, name if grads else f"{name}.{i}", key, state, out, depth + 1, grads)
+            sub_name = name if grads else f"{name}.{i}"
+            if (leaf_ok and type(sub) is dict and sub and isinstance(sub.get("type"), str)
+                    and sub.get("class_type") != P2P_OP):          # a plain item: its row at once
+                out.append(_leaf(sub, sub_name, key, state))
+            else:
+                _walk(sub, sub_name, key, state, out, depth + 1, grads)
     elif isinstance(value, dict):
-        if value.get("class_type") == "torch.distributed.P2POp":
+        if value.get("class_type") == P2P_OP:
             tensor = value.get("tensor")
             row = _leaf(tensor, name, key, state) if isinstance(tensor, dict) else _null_row(name, key, state)
             out.append(row)
@@ -171,7 +180,7 @@ def entry_rows(key: str, entry: Any) -> list:
     for body, suffix, state in BODY_KEYS:
         if body in entry:
             _walk(entry[body], key + suffix, key, state, out, 0, False)
-    if any(row.state == PARAMETERS for row in out):
+    if "parameters" in entry and any(row.state == PARAMETERS for row in out):     # only that body gives them
         out.sort(key=lambda row: STATE_ORDER[row.state])      # stable: parameters before outputs
     return out
 

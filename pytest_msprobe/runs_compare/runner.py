@@ -1,18 +1,20 @@
 """Compare one rank pair and write its ``compare_result_{rank}_{timestamp}.csv``; compare every pair of a run."""
 from __future__ import annotations
 
+import contextlib
 import csv
+import gc
 import io
-import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from dumpers import atomic
-from dumpers.csvcell import FORMULA_LEAD
 
-from . import match, table
+from . import columnar, match, table
+from .cells import cell_text, guard
+from .columnar import StatLines
 from .inputs import CompareInputError, Pair, Side, pairs_of, read_side
 from .rows import dump_rows
 
@@ -31,27 +33,6 @@ class PairResult:
     golden: Side
     path: str | None = None
     notes: list = field(default_factory=list)
-
-
-def cell_text(value: Any) -> str:
-    """A cell as msprobe's CSV writes it (floats shortest round-trip, infinities with a leading space)."""
-    if isinstance(value, float):
-        if math.isinf(value):
-            return " inf" if value > 0 else " -inf"
-        return repr(value)
-    if isinstance(value, bool):
-        return str(value)
-    return str(value)
-
-
-def _guard(text: str) -> str:
-    """Spreadsheet formula guard for text from a dump: a leading ``= + - @`` on a non-number gets an apostrophe."""
-    if text and text[0] in FORMULA_LEAD and text.strip() not in (" inf", "-inf", "inf"):
-        try:
-            float(text.rstrip("%"))
-        except ValueError:
-            return "'" + text
-    return text
 
 
 def _tensor_loader(side: Side) -> Callable:
@@ -81,6 +62,8 @@ def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: boo
     mode = target.mode
     notes = list(target.problems) + list(golden.problems)
     t_rows, g_rows = dump_rows(target.data, notes), dump_rows(golden.data, notes)
+    if mode == table.STATISTICS:
+        return mode, _statistics_lines(target, t_rows, g_rows, notes, fuzzy), notes
     pairs = match.fuzzy(t_rows, g_rows) if fuzzy else match.exact(t_rows, g_rows)
     unmatched = sum(1 for _, g in pairs if g is None)
     if unmatched:
@@ -94,10 +77,7 @@ def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: boo
                 first_of.add(key)
                 frames = target.stack.get(key)
                 line.stack = str(frames) if frames is not None else None
-    if mode == table.STATISTICS:
-        for line in lines:
-            line.metrics = table.statistics_metrics(line)
-    elif mode == table.TENSOR:
+    if mode == table.TENSOR:
         load_t, load_g = _tensor_loader(target), _tensor_loader(golden)
         for line in lines:
             if tensors:
@@ -112,11 +92,33 @@ def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: boo
     return mode, lines, notes
 
 
+def _statistics_lines(target: Side, t_rows: list, g_rows: list, notes: list, fuzzy: bool) -> StatLines:
+    """The statistics compare over whole columns (:mod:`.columnar`), seen as a sequence of lines."""
+    if fuzzy:
+        ti, gi = columnar.indices_of(match.fuzzy(t_rows, g_rows), t_rows, g_rows)
+    else:
+        ti, gi = columnar.exact_indices(t_rows, g_rows)
+    unmatched = int((gi < 0).sum())
+    if unmatched:
+        notes.append(f"{unmatched} of {len(gi)} rows of {target.dump_json} have no golden row (Bench Name N/A)")
+    stacks = None
+    if target.stack is not None:
+        stacks, seen = {}, set()
+        for j, i in enumerate(ti.tolist()):
+            key = t_rows[i].key
+            if key not in seen:
+                seen.add(key)
+                frames = target.stack.get(key)
+                if frames is not None:
+                    stacks[j] = str(frames)
+    return StatLines(columnar.StatTable(t_rows, g_rows, ti, gi, stacks))
+
+
 def _texts(cells: list) -> list:
     """Cell texts of one line; the names and dtypes (text from the dump) pass the formula guard."""
     out = [v if type(v) is str else cell_text(v) for v in cells]
     for i in range(4):
-        out[i] = _guard(out[i])
+        out[i] = guard(out[i])
     return out
 
 
@@ -128,8 +130,31 @@ def render_csv(lines: list, mode: str, stack: bool) -> str:
     return buf.getvalue()
 
 
+def _statistics_csv(tab: columnar.StatTable, mode: str, stack: bool) -> Iterator:
+    """The CSV of a statistics compare, encoded, a chunk of lines at a time."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(table.header(mode, stack))
+    yield buf.getvalue().encode()
+    for lo in range(0, len(tab), columnar.CHUNK):
+        yield tab.csv_lines(lo, min(lo + columnar.CHUNK, len(tab)), stack).encode()
+
+
 def timestamp() -> str:
     return time.strftime("%Y%m%d%H%M%S", time.localtime())
+
+
+@contextlib.contextmanager
+def without_cycle_collection() -> Iterator:
+    """The cyclic garbage collector paused: a compare builds millions of acyclic objects (the parsed JSON, the
+    rows), and each collection would walk all of them again (half the time of reading and listing a large dump).
+    Reference counting still frees everything; the collector runs again afterwards as it did before."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def compare_pair(pair: Pair, out_dir: str, *, fuzzy: bool = False, stamp: str | None = None,
@@ -139,6 +164,11 @@ def compare_pair(pair: Pair, out_dir: str, *, fuzzy: bool = False, stamp: str | 
     Raises:
         CompareInputError: a side cannot be read, or the modes differ.
     """
+    with without_cycle_collection():
+        return _compare_pair(pair, out_dir, fuzzy, stamp, xlsx)
+
+
+def _compare_pair(pair: Pair, out_dir: str, fuzzy: bool, stamp: str | None, xlsx: bool) -> PairResult:
     target, golden = read_side(pair.target), read_side(pair.golden)
     mode, lines, notes = build_lines(target, golden, fuzzy=fuzzy)
     stack = target.stack is not None
@@ -149,7 +179,10 @@ def compare_pair(pair: Pair, out_dir: str, *, fuzzy: bool = False, stamp: str | 
         result.path = _write_xlsx(os.path.join(out_dir, name + ".xlsx"), lines, mode, stack)
     else:
         path = os.path.join(out_dir, name + ".csv")
-        atomic.write_text(path, render_csv(lines, mode, stack), mode=0o640, fsync=False)
+        if isinstance(lines, StatLines):
+            atomic.write_bytes(path, _statistics_csv(lines.table, mode, stack), mode=0o640, fsync=False)
+        else:
+            atomic.write_text(path, render_csv(lines, mode, stack), mode=0o640, fsync=False)
         result.path = path
     return result
 

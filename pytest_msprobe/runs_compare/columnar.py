@@ -1,0 +1,391 @@
+"""The statistics compare over whole columns: the pairs as two index arrays, each side's four statistics as one
+float array, the difference cells, Result and Err_message computed with numpy per column, and the CSV written in
+chunks of lines with one formatting pass each (spec compare.md sections 3-5; the same texts as :mod:`.table`).
+
+A statistic that is not a finite float (a string, an int, a bool, an infinity) takes the per-cell rules of
+:func:`.cells.stat_diff`; everything else is vectorised. :class:`StatLines` is the table seen as a sequence of
+:class:`.table.Line` objects, made on demand, for the pytest items and the first-divergence walk.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Iterator
+
+import numpy as np
+
+from dumpers.csvcell import FORMULA_LEAD
+
+from ..precision.verdict import ERROR, PASS, WARNING
+from . import cells, table
+from .rows import NA
+
+CHUNK = 32768                       # lines formatted per pass
+_SPECIAL = (",", '"', "\n", "\r")
+
+# Result/Err_message rules of a statistics compare, as bits in the order table.check_api applies them
+_RULES = ((ERROR, table.MSG_INF_NAN), (ERROR, table.MSG_NORM_REL), (ERROR, table.MSG_GRAD),
+          (ERROR, table.MSG_PARAM), (ERROR, table.MSG_DTYPE), (ERROR, table.MSG_SHAPE),
+          (WARNING, table.MSG_NORM_WARN))
+_LEVEL = {PASS: 0, WARNING: 1, ERROR: 2}
+
+
+def quote(text: str) -> str:
+    """A CSV field as the csv module's minimal quoting writes it."""
+    for ch in _SPECIAL:
+        if ch in text:
+            return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def _guarded(text: str) -> str:
+    if text[:1] in FORMULA_LEAD:
+        return cells.guard(text)
+    return text
+
+
+class _Side:
+    """One side's rows as columns: the raw statistics (flat, four per row), their float values where they are
+    floats (NaN elsewhere), which are finite floats, and the CSV texts of the name, dtype, shape and
+    requires_grad cells (guarded and quoted once per distinct text)."""
+
+    def __init__(self, rows: list) -> None:
+        self.rows = rows
+        flat = [v for row in rows for v in row.stats]
+        n = len(flat)
+        self.flat = flat
+        if set(map(type, flat)) <= {float}:                  # the common case: every statistic a float
+            self.isfloat = np.ones((n // 4, 4), bool)
+            self.vals = np.array(flat, dtype=float).reshape(-1, 4)
+        else:
+            self.isfloat = np.fromiter((type(v) is float for v in flat), bool, n).reshape(-1, 4)
+            self.vals = np.fromiter((v if type(v) is float else math.nan for v in flat), float, n).reshape(-1, 4)
+        self.fin = self.isfloat & np.isfinite(self.vals)
+        self.fin_row = self.fin.all(axis=1)
+        self.odd: dict = {}                  # (row, statistic) -> cell text, where not a finite float
+        if not self.fin.all():
+            for i, k in zip(*np.nonzero(~self.fin)):
+                v = flat[4 * int(i) + int(k)]
+                self.odd[int(i), int(k)] = quote(v if type(v) is str else cells.cell_text(v))
+        names = [row.name for row in rows]
+        self.name = np.array(names, dtype=object)
+        joined = "\0".join(names)
+        special = any(ch in joined for ch in _SPECIAL)        # one scan of all names for the rare quoting
+        bad = [i for i, name in enumerate(names) if name[:1] in FORMULA_LEAD or special and _needs_quote(name)]
+        for i in bad:
+            self.name[i] = quote(_guarded(names[i]))
+        self.dtype = _texts([row.dtype for row in rows], True)
+        self.shape = _texts([row.shape for row in rows], False)
+        self.grad_raw = np.array([row.grad for row in rows], dtype=object)
+        self.grad = _texts(self.grad_raw.tolist(), False)
+
+
+def _needs_quote(text: str) -> bool:
+    return any(ch in text for ch in _SPECIAL)
+
+
+def _texts(values: list, guard: bool) -> np.ndarray:
+    """An object array of cell texts of a low-cardinality column (each distinct text guarded/quoted once)."""
+    seen: dict = {}
+    out = [seen[v] if v in seen else seen.setdefault(v, quote(_guarded(v) if guard else v)) for v in values]
+    return np.array(out, dtype=object)
+
+
+def _numeric_percent(text: str) -> float:
+    """``table._percent`` of a relative-error cell."""
+    try:
+        return float(text.strip("%")) / 100
+    except ValueError:
+        return 0.0
+
+
+class StatTable:
+    """A statistics compare of one pair: ``ti`` and ``gi`` (-1: no golden row) index the two sides' rows."""
+
+    def __init__(self, t_rows: list, g_rows: list, ti: np.ndarray, gi: np.ndarray, stacks: dict | None) -> None:
+        self.t, self.g = _Side(t_rows), _Side(g_rows)
+        self.ti, self.gi = ti, gi
+        self.stacks = stacks                # line index -> stack text (first line of each call), None: no stack
+        n = len(ti)
+        self.matched = gi >= 0
+        gsafe = np.where(self.matched, gi, 0)
+        self.gsafe = gsafe
+        tv, gv = self.t.vals[ti], self.g.vals[gsafe]
+        self.fast = self.t.fin_row[ti] & self.g.fin_row[gsafe] & self.matched
+        with np.errstate(all="ignore"):
+            diff = tv - gv
+            rel = np.abs(diff / gv * 100)
+        same = (tv == gv) & ((tv != 0) | (np.signbit(tv) == np.signbit(gv)))
+        self.diff, self.rel, self.same, self.gzero = diff, rel, same, gv == 0
+        self.rel7 = np.zeros(n)              # NormRelativeErr as table._percent reads it
+        self.ext7 = np.zeros(n)              # ... and as table._extreme reads it (0: skipped)
+        fast_rel7 = np.where(self.same[:, 3], 0.0, np.where(self.gzero[:, 3], math.inf, rel[:, 3] / 100))
+        self.rel7[self.fast] = fast_rel7[self.fast]
+        self.ext7[self.fast] = np.where(self.gzero[:, 3], 0.0, np.where(self.same[:, 3], 0.0,
+                                                                         rel[:, 3] / 100))[self.fast]
+        self._slow: dict = {}
+        for j in np.nonzero(~self.fast)[0].tolist():
+            metrics = self._slow_metrics(j)
+            self._slow[j] = metrics
+            self.rel7[j] = _numeric_percent(metrics[7])
+            value = metrics[7]
+            if value in (cells.NAN_TEXT, NA) or not value.endswith("%"):
+                continue
+            self.ext7[j] = _numeric_percent(value)
+        self.ext7 = np.where(np.isnan(self.ext7), 0.0, self.ext7)
+        self.flags = self._check()
+
+    def __len__(self) -> int:
+        return len(self.ti)
+
+    def _slow_metrics(self, j: int) -> list:
+        g_idx = self.gi[j]
+        return table.statistics_metrics(table.Line(self.t.rows[self.ti[j]], self.g.rows[g_idx] if g_idx >= 0 else None))
+
+    # ---------------------------------------------------------------- Result and Err_message
+    def _check(self) -> np.ndarray:
+        """Bit ``k`` of a line: rule ``_RULES[k]`` flagged it (table.check_api over every call at once)."""
+        n = len(self.ti)
+        flags = np.zeros(n, np.int64)
+        self.out, self.group_starts = np.zeros(0, bool), np.zeros(0, np.int64)
+        if n == 0:
+            return flags
+        t_rows, g_rows = self.t.rows, self.g.rows
+        ti, gi = self.ti.tolist(), self.gi.tolist()
+        out = np.fromiter((".output." in t_rows[i].name for i in ti), bool, n)
+        keys = [t_rows[i].key for i in ti]
+        starts = [0] + [j for j in range(1, n) if keys[j] is not keys[j - 1] and keys[j] != keys[j - 1]]
+        starts_a = np.array(starts)
+        group = np.zeros(n, np.int64)
+        group[starts_a[1:]] = 1
+        group = np.cumsum(group)
+        # the call's ignore rule, from its first input row
+        ignore = np.zeros(len(starts), np.int64)          # 0 none, 1 inputs, 2 all
+        first_in = np.full(len(starts), -1)
+        inputs_at = np.nonzero(~out)[0]
+        if inputs_at.size:
+            g_of = group[inputs_at]
+            firsts = np.unique(g_of, return_index=True)
+            first_in[firsts[0]] = inputs_at[firsts[1]]
+        for c, j in enumerate(first_in.tolist()):
+            if j < 0:
+                continue
+            parts = t_rows[ti[j]].name.split(".")
+            if len(parts) >= 2:
+                ignore[c] = 2 if parts[1] in table.IGNORED_APIS else 1 if parts[1] in table.INPUT_IGNORED_APIS else 0
+        ign = ignore[group]
+        checked = (ign == 0) | ((ign == 1) & out)
+        whole = ign == 0
+        matched = self.matched
+        t_inf = self._inf_nan(self.t, self.ti)
+        g_inf = np.where(matched, self._inf_nan(self.g, self.gsafe), False)
+        flags |= (checked & ~g_inf & t_inf).astype(np.int64) << 0
+        # NormRelativeErr of outputs, when every input's is below 0.1
+        n_groups = len(starts)
+        in_ext = np.zeros(n_groups)
+        np.maximum.at(in_ext, group[~out], self.ext7[~out])
+        out_ext = np.zeros(n_groups)
+        np.maximum.at(out_ext, group[out], self.ext7[out])
+        small_in = np.abs(in_ext) < 0.1
+        flags |= (whole & out & small_in[group] & (np.abs(self.rel7) > 0.5)).astype(np.int64) << 1
+        # requires_grad, scalar parameters, dtype, shape: text comparisons per matched line
+        for j in np.nonzero(matched & (checked | whole))[0].tolist():
+            t, g = t_rows[ti[j]], g_rows[gi[j]]
+            bits = 0
+            if checked[j]:
+                if t.grad and g.grad and t.grad != g.grad:
+                    bits |= 1 << 2
+                if t.dtype != g.dtype and "qkv" not in g.name and "gate_up" not in g.name:
+                    bits |= 1 << 4
+                if t.shape != g.shape:
+                    bits |= 1 << 5
+            if whole[j] and not out[j] and "class" in t.dtype and "class" in g.dtype and t.shape == "[]" \
+                    and t.stats[0] != g.stats[0]:
+                bits |= 1 << 3
+            if bits:
+                flags[j] |= bits
+        # the output's norm relative error ten times its inputs': the call's first output line
+        rin, rout = np.abs(in_ext), np.abs(out_ext)
+        with np.errstate(all="ignore"):
+            warn = ((rin == 0) & (rout > 0.1)) | ((rin != 0) & (rout / np.where(rin == 0, 1, rin) > 10))
+        has_out = np.zeros(n_groups, bool)
+        has_out[group[out]] = True
+        first_out = np.full(n_groups, -1)
+        out_at = np.nonzero(out)[0]
+        if out_at.size:
+            firsts = np.unique(group[out_at], return_index=True)
+            first_out[firsts[0]] = out_at[firsts[1]]
+        hit = warn & has_out & (ignore == 0)
+        flags[first_out[hit]] |= 1 << 6
+        self.out = out
+        self.group_starts = starts_a
+        return flags
+
+    @staticmethod
+    def _inf_nan(side: _Side, idx: np.ndarray) -> np.ndarray:
+        """``table._is_inf_nan`` of Max or Min, per row of ``idx``."""
+        res = (side.isfloat[idx, :2] & ~side.fin[idx, :2]).any(axis=1)
+        for j in np.nonzero(~side.isfloat[idx, :2].all(axis=1))[0].tolist():
+            i = int(idx[j])
+            for v in side.flat[4 * i: 4 * i + 2]:
+                if isinstance(v, float) and not math.isfinite(v) or \
+                        isinstance(v, str) and v.strip().lower() in ("inf", "-inf", "nan"):
+                    res[j] = True
+        return res
+
+    @staticmethod
+    def verdict(bits: int) -> tuple:
+        """(Result, messages) of a line's rule bits."""
+        result, messages = PASS, []
+        for k, (level, message) in enumerate(_RULES):
+            if bits >> k & 1:
+                if _LEVEL[level] > _LEVEL[result]:
+                    result = level
+                messages.append(message)
+        return result, messages
+
+    # ---------------------------------------------------------------- cells
+    def _numbers(self, lo: int, hi: int) -> tuple:
+        """(metric texts, target statistic texts, golden statistic texts) of lines ``lo:hi`` as string arrays,
+        every float formatted in one pass (numpy's shortest round-trip text, which is ``repr``'s)."""
+        ti, gi = self.ti[lo:hi], self.gsafe[lo:hi]
+        m = hi - lo
+        num = np.empty((m, 16))
+        num[:, :4], num[:, 4:8] = self.diff[lo:hi], self.rel[lo:hi]
+        num[:, 8:12], num[:, 12:16] = self.t.vals[ti], self.g.vals[gi]
+        text = num.astype("U25")
+        codes = text.view(np.uint32).reshape(m, 16, 25)
+        rel = codes[:, 4:8]
+        at = (rel == 0).argmax(axis=2)                      # the first free place: append "%"
+        np.put_along_axis(rel, at[:, :, None], ord("%"), axis=2)
+        same, gzero = self.same[lo:hi], self.gzero[lo:hi]
+        diff_t = np.where(same, "0", text[:, :4])
+        rel_t = np.where(same, "0", np.where(gzero, "inf", text[:, 4:8]))
+        return np.concatenate([diff_t, rel_t], axis=1), text[:, 8:12], text[:, 12:16]
+
+    def metrics(self, lo: int, hi: int) -> list:
+        """The eight metric cell texts of each of lines ``lo:hi``."""
+        texts = self._numbers(lo, hi)[0].tolist()
+        for j in np.nonzero(~self.fast[lo:hi])[0].tolist():
+            texts[j] = list(self._slow[lo + j])
+        return texts
+
+    def csv_lines(self, lo: int, hi: int, stack: bool) -> str:
+        """The CSV text of lines ``lo:hi`` (each ending in a newline): the cells as columns of one object array,
+        joined line by line."""
+        m = hi - lo
+        ti, gi, gs = self.ti[lo:hi], self.gi[lo:hi], self.gsafe[lo:hi]
+        matched = gi >= 0
+        t, g = self.t, self.g
+        metrics, t_stats, g_stats = self._numbers(lo, hi)
+        cols = 28 if stack else 27
+        out = np.empty((m, cols), dtype=object)
+        out[:, 0] = t.name[ti]
+        out[:, 1] = np.where(matched, g.name[gs], NA)
+        out[:, 2] = t.dtype[ti]
+        out[:, 3] = np.where(matched, g.dtype[gs], NA)
+        out[:, 4] = t.shape[ti]
+        out[:, 5] = np.where(matched, g.shape[gs], NA)
+        out[:, 6] = t.grad[ti]
+        out[:, 7] = np.where(matched, g.grad[gs], NA)
+        out[:, 8:16] = metrics
+        out[:, 16:20] = t_stats
+        out[:, 20:24] = np.where(matched[:, None], g_stats, NA)
+        same_grad = t.grad_raw[ti] == np.where(matched, g.grad_raw[gs], NA)
+        out[:, 24] = np.where(same_grad.astype(bool), "True", "False")
+        codes, inverse = np.unique(self.flags[lo:hi], return_inverse=True)
+        verdicts = [self.verdict(int(c)) for c in codes]
+        out[:, 25] = np.array([v[0] for v in verdicts], dtype=object)[inverse]
+        out[:, 26] = np.array([quote(json.dumps(v[1])) for v in verdicts], dtype=object)[inverse]
+        if stack:
+            out[:, 27] = NA
+            for j, text in (self.stacks or {}).items():
+                if lo <= j < hi:
+                    out[j - lo, 27] = quote(text)
+        for j in np.nonzero(~self.fast[lo:hi])[0].tolist():
+            out[j, 8:16] = self._slow[lo + j]
+        for side, idx, first in ((t, ti, 16), (g, gs, 20)):
+            if side.odd:
+                rows = idx.tolist()
+                for j in np.nonzero(~side.fin_row[idx] & (matched if side is g else True))[0].tolist():
+                    for k in range(4):
+                        text = side.odd.get((rows[j], k))
+                        if text is not None:
+                            out[j, first + k] = text
+        return "\n".join(map(",".join, out.tolist())) + "\n"
+
+    def lines(self, lo: int, hi: int) -> list:
+        """Lines ``lo:hi`` as :class:`.table.Line` objects."""
+        out = []
+        stacks = self.stacks or {}
+        t_rows, g_rows = self.t.rows, self.g.rows
+        for j, (i, g, metrics, bits) in enumerate(zip(self.ti[lo:hi].tolist(), self.gi[lo:hi].tolist(),
+                                                      self.metrics(lo, hi), self.flags[lo:hi].tolist()), lo):
+            result, messages = self.verdict(bits)
+            out.append(table.Line(t_rows[i], g_rows[g] if g >= 0 else None, metrics, result, messages,
+                                  stacks.get(j)))
+        return out
+
+
+class StatLines:
+    """A :class:`StatTable` seen as a sequence of :class:`.table.Line`, each made when asked for."""
+
+    def __init__(self, tab: StatTable) -> None:
+        self.table = tab
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __getitem__(self, j: int) -> table.Line:
+        if j < 0:
+            j += len(self.table)
+        if not 0 <= j < len(self.table):
+            raise IndexError(j)
+        return self.table.lines(j, j + 1)[0]
+
+    def __iter__(self) -> Iterator:
+        for lo in range(0, len(self.table), CHUNK):
+            yield from self.table.lines(lo, min(lo + CHUNK, len(self.table)))
+
+    def range(self, lo: int, hi: int) -> list:
+        return self.table.lines(lo, hi)
+
+
+def exact_indices(t_rows: list, g_rows: list) -> tuple:
+    """(ti, gi) of :func:`.match.exact` as index arrays."""
+    from .match import dtypes_pair
+
+    first: dict = {}
+    dup = False
+    for gi, row in enumerate(g_rows):
+        if first.setdefault(row.cmp, gi) != gi:
+            dup = True
+    if not dup:
+        gi = [first.get(row.cmp, -1) for row in t_rows]
+        for j, g in enumerate(gi):
+            if g >= 0 and t_rows[j].dtype != g_rows[g].dtype and not dtypes_pair(t_rows[j].dtype, g_rows[g].dtype):
+                gi[j] = -1
+        return np.arange(len(t_rows)), np.array(gi, dtype=np.int64)
+    by_name: dict = {}
+    for g, row in enumerate(g_rows):
+        by_name.setdefault(row.cmp, []).append(g)
+    ti_l, gi_l = [], []
+    for j, row in enumerate(t_rows):
+        found = by_name.get(row.cmp)
+        if not found:
+            ti_l.append(j)
+            gi_l.append(-1)
+            continue
+        for g in found:
+            ti_l.append(j)
+            gi_l.append(g if dtypes_pair(row.dtype, g_rows[g].dtype) else -1)
+    return np.array(ti_l, dtype=np.int64), np.array(gi_l, dtype=np.int64)
+
+
+def indices_of(pairs: list, t_rows: list, g_rows: list) -> tuple:
+    """(ti, gi) of a list of (target row, golden row or None) pairs."""
+    t_pos = {id(row): i for i, row in enumerate(t_rows)}
+    g_pos = {id(row): i for i, row in enumerate(g_rows)}
+    ti = np.array([t_pos[id(t)] for t, _ in pairs], dtype=np.int64)
+    gi = np.array([g_pos[id(g)] if g is not None else -1 for _, g in pairs], dtype=np.int64)
+    return ti, gi
