@@ -80,45 +80,8 @@ def test_collect_only_still_refuses_an_unknown_device_type(pytester):
     res.stderr.fnmatch_lines(["*unknown device type 'nosuch'*"])
 
 
-PARAMETRIZED = '''
-import pytest
-
-
-@pytest.fixture(scope="module", params=[1, 2])
-def wide(request):
-    return request.param
-
-
-def test_x(wide):
-    pass
-
-
-def test_y(wide):
-    pass
-'''
-
-
 def _collected(pytester, *args: str) -> list:
     """The items of an in-process ``--collect-only`` run, in the order they would run."""
     rec = pytester.inline_run("--collect-only", "-p", "no:randomly", *args)
     return list(rec.getcall("pytest_collection_finish").session.items)
 
-
-def test_pytest_reorders_only_a_collection_with_parametrized_items(pytester, monkeypatch):
-    import _pytest.fixtures
-    reorder = _pytest.fixtures.reorder_items
-    calls = []
-    monkeypatch.setattr(_pytest.fixtures, "reorder_items", lambda items: calls.append(1) or reorder(items))
-    pytester.makeini("[pytest]\n")
-    names = write_dump(pytester.path / "small", 12)
-    items = _collected(pytester, "--msprobe-api-info=small/dump.json")
-    assert [it.nodeid for it in items] == [f"small/dump.json::{n}" for n in names]
-    assert calls == []                          # left out: nothing to group
-    assert reorder(items) == items              # and what pytest's walk would have given
-
-    pytester.makepyfile(test_mod=PARAMETRIZED)
-    items = _collected(pytester, "test_mod.py", "--msprobe-api-info=small/dump.json")
-    assert calls == [1]                         # a parametrized item: pytest reorders as before
-    assert [it.nodeid for it in items] == ["test_mod.py::test_x[1]", "test_mod.py::test_y[1]",
-                                           "test_mod.py::test_x[2]", "test_mod.py::test_y[2]",
-                                           *(f"small/dump.json::{n}" for n in names)]

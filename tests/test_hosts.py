@@ -73,7 +73,7 @@ def pytest_collection_finish(session):
     if record and hasattr(session.config, "workerinput"):
         host = os.environ.get("PLANT_HOST", "controller")
         with open(os.path.join(record, f"args-{host}-{session.config.workerinput['workerid']}"), "w") as fh:
-            fh.write("\\n".join(str(a) for a in session.config.args))
+            fh.write("\\n".join(sorted({str(item.path) for item in session.items})))   # the dumps it read
 '''
 
 
@@ -317,7 +317,10 @@ def _same_as_one_host(p, hosts_: list, *extra: str) -> str:
     device): the same outcomes, every API once in the controller's one result CSV, the same details rows
     with the same Status; no CSV on any host. Returns the distributed run's output."""
     (p.path / "one").mkdir()
-    ref = p.runpytest("-p", "no:randomly", "--msprobe-api-info", "dumps", "--msprobe-out", "one")
+    # in a process of its own, as the distributed run: an inline run re-imports what an earlier inline run of
+    # this process imported lazily (pytester restores sys.modules), which sympy's registry refuses
+    ref = p.runpytest_subprocess("-p", "no:randomly", "--msprobe-api-info=dumps", "--msprobe-out=one",
+                                 timeout=RUN_S)
     outcomes = ref.parseoutcomes()
     ref_rows, ref_details = _pair(p.path / "one")
     assert outcomes.get("passed", 0) + outcomes.get("failed", 0) + outcomes.get("skipped", 0) == len(ref_rows)
