@@ -134,3 +134,14 @@ def test_the_metric_engine_is_pure():
            if target.split(".")[0] in ("dumpers", "generators", "pytest_msprobe", "torch")
            and target not in METRIC_ENGINE + ("dumpers",)]
     assert not bad, bad
+
+
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_over_six_hundred_lines():
+    """Small modules with one job: a module that outgrows 600 lines is split by job."""
+    long = [f"{path.relative_to(ROOT)}: {n}" for package in ("pytest_msprobe", "generators", "dumpers")
+            for path in sorted((ROOT / package).rglob("*.py"))
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
+    assert not long, long

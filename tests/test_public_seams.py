@@ -57,8 +57,7 @@ ALLOWED = {
     # the statistics engine: a tensor's version counter and its base say whether its storage was written since
     **{(module, text): "no public equivalent of a tensor's version counter or base; see docs/architecture.md"
        for module, text in (("dumpers/torch_dump/statcache.py", "t._base"),
-                            ("dumpers/torch_dump/statcache.py", "t._version"),
-                            ("dumpers/torch_dump/stats.py", "t._version"))},
+                            ("dumpers/torch_dump/statcache.py", "t._version"))},
     # MindSpore has no function mode: its capture wraps the API namespaces while started (DESIGN.md)
     ("dumpers/mindspore_dump/hooks.py", "setattr(owner, name, self._wrapper(prefix, name, original))"):
         "DESIGN.md: MindSpore capture wraps namespaces while started",

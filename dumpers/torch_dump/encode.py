@@ -5,6 +5,7 @@ import logging
 from typing import Any, Callable, Optional
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from dumpers import format as fmt
 from dumpers.torch_dump.stats import StatBatch
@@ -103,3 +104,16 @@ def _slice_part(v: Any) -> Any:
     if isinstance(v, torch.Tensor) and v.numel() == 1:
         return None
     return None
+
+
+def first_tensor(value: Any) -> Optional[torch.Tensor]:
+    """The tensor a legacy backward hook attaches to: first dict value / first item, recursively."""
+    if type(value) is torch.Tensor:   # the common result, without the tree walk
+        return value
+    first = next(iter(tree_leaves(value, is_leaf=_ends_descent)), None)
+    return first if isinstance(first, torch.Tensor) else None
+
+
+def _ends_descent(value: Any) -> bool:
+    """None and empty containers are leaves: the first leaf is then the first item at every level."""
+    return value is None or (isinstance(value, (list, tuple, dict)) and not value)

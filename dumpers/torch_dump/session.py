@@ -14,7 +14,6 @@ import types
 from typing import Any, Callable, Optional
 
 import torch
-from torch.utils._pytree import tree_leaves
 
 from dumpers import atomic
 from dumpers import format as fmt
@@ -24,7 +23,7 @@ from dumpers.dumpoff import DumpOff
 from dumpers.journal import JournalWriter
 from dumpers.torch_dump import amp, callargs
 from dumpers.torch_dump import stack as stacklib
-from dumpers.torch_dump.encode import Encoder
+from dumpers.torch_dump.encode import Encoder, first_tensor
 from dumpers.torch_dump.entry_text import (ENTRY_LEVEL, ITEM_LEVEL, backward_text, dict_text, dump_json_text,
                                         entry_text, forward_text, item_text, lines_text, list_text, plain_value,
                                         stack_json_text)
@@ -39,19 +38,6 @@ OPTIMIZER_NODE = "optimizer"
 
 class DumpPathError(OSError):
     """dump_path cannot be created or written."""
-
-
-def first_tensor(value: Any) -> Optional[torch.Tensor]:
-    """The tensor a legacy backward hook attaches to: first dict value / first item, recursively."""
-    if type(value) is torch.Tensor:   # the common result, without the tree walk
-        return value
-    first = next(iter(tree_leaves(value, is_leaf=_ends_descent)), None)
-    return first if isinstance(first, torch.Tensor) else None
-
-
-def _ends_descent(value: Any) -> bool:
-    """None and empty containers are leaves: the first leaf is then the first item at every level."""
-    return value is None or (isinstance(value, (list, tuple, dict)) and not value)
 
 
 def _parts(data_mode: list, direction: str) -> tuple:
