@@ -1,22 +1,12 @@
 """Call stacks for stack.json: the caller's frames, innermost first, without the dumper's own frames."""
 from __future__ import annotations
 
-import inspect
 import linecache
 import os
-from typing import Any
+from dumpers.frames import frame_above as _frame
 
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 
-def _frame(depth: int) -> Any:
-    """The frame ``depth`` levels above the function that calls this one (``sys._getframe(depth)`` there),
-    through the public ``inspect.currentframe``; None where the interpreter keeps no frames."""
-    frame = inspect.currentframe()
-    for _ in range(depth + 1):
-        if frame is None:
-            break
-        frame = frame.f_back
-    return frame
 
 
 

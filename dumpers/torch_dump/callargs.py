@@ -13,6 +13,7 @@ import dis
 import inspect
 import os
 from typing import Any, Optional
+from dumpers.frames import frame_above as _frame
 
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 _SKIP = (os.path.join("torch", "overrides.py"),)
@@ -22,15 +23,6 @@ _signatures: dict = {}
 _shapes: dict = {}
 _instructions: dict = {}               # code object -> its instructions (disassembled once)
 
-def _frame(depth: int) -> Any:
-    """The frame ``depth`` levels above the function that calls this one (``sys._getframe(depth)`` there),
-    through the public ``inspect.currentframe``; None where the interpreter keeps no frames."""
-    frame = inspect.currentframe()
-    for _ in range(depth + 1):
-        if frame is None:
-            break
-        frame = frame.f_back
-    return frame
 
 
 

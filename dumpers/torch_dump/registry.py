@@ -11,7 +11,6 @@ as the same plain method with the same arguments; the dumper's wrappers of those
 """
 from __future__ import annotations
 
-import inspect
 import operator
 import os
 import threading
@@ -21,6 +20,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from dumpers.torch_dump import wrap_lists
+from dumpers.frames import frame_above as _frame
 
 ApiName = tuple  # (prefix, api)
 
@@ -33,15 +33,6 @@ _OPERATOR_FUNCTIONS = ("add", "and_", "floordiv", "lshift", "matmul", "mul", "mo
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 _REFLECTED = threading.local()        # .call = (tensor, dunder) while a reflected slot wrapper runs
 
-def _frame(depth: int) -> Any:
-    """The frame ``depth`` levels above the function that calls this one (``sys._getframe(depth)`` there),
-    through the public ``inspect.currentframe``; None where the interpreter keeps no frames."""
-    frame = inspect.currentframe()
-    for _ in range(depth + 1):
-        if frame is None:
-            break
-        frame = frame.f_back
-    return frame
 
 
 

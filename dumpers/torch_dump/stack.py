@@ -5,6 +5,7 @@ import inspect
 import linecache
 import os
 from typing import Any, Optional
+from dumpers.frames import frame_above as _frame
 
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 _DUMPERS_DIR = os.path.dirname(_OWN_DIR)
@@ -19,15 +20,6 @@ _KNOWN_LIMIT = 65536
 _NOT_PLAIN = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _last: tuple = (None, None)  # (anchor frame, interned chain above it) of the latest capture
 
-def _frame(depth: int) -> Any:
-    """The frame ``depth`` levels above the function that calls this one (``sys._getframe(depth)`` there),
-    through the public ``inspect.currentframe``; None where the interpreter keeps no frames."""
-    frame = inspect.currentframe()
-    for _ in range(depth + 1):
-        if frame is None:
-            break
-        frame = frame.f_back
-    return frame
 
 
 
