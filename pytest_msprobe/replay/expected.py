@@ -89,15 +89,16 @@ def _multiples(call: Any, bench_out: Any, device_out: Any, bench_grads: list, de
         if not (isinstance(bench, torch.Tensor) and isinstance(device, torch.Tensor)) or bench.shape != device.shape \
                 or not device.is_floating_point() or device.numel() == 0:
             continue
+        device_array = _numpy(device)
         try:
-            expected = ee.expected_error(call.api, device.dtype, arrays.inputs, _numpy(device),
+            expected = ee.expected_error(call.api, device.dtype, arrays.inputs, device_array,
                                          kwargs=arrays.options, direction=direction, index=index,
                                          grad_output=arrays.grad, cache=arrays.cache)
         except (ValueError, TypeError, IndexError, ArithmeticError):
             continue
         if bench.dtype == device.dtype:          # the bench is a correct run in the same dtype, not the exact one
             expected = expected.pair()
-        out[row] = ee.multiple(ee.observe(_numpy(device), _numpy(bench)), expected)
+        out[row] = ee.multiple(ee.observe(device_array, _numpy(bench)), expected)
     return out
 
 
