@@ -68,3 +68,20 @@ def test_candidates_from_names_patterns_and_a_result_csv(tmp_path):
     other.write_text("a,b\r\n1,2\r\n", encoding="utf-8")
     with pytest.raises(ValueError, match="neither an accuracy_checking_result CSV"):
         cand.select(calls, [str(other)])
+
+
+def test_candidates_from_an_output_folder_take_its_newest_result(tmp_path):
+    """An output folder holds one CSV pair per run: --candidates OUT/ reads the newest result CSV in it."""
+    calls = ["Functional.linear.0", "Functional.silu.0", "Tensor.__add__.0"]
+    header = "\ufeffAPI name,Forward Test Success,Backward Test Success,Message\r\n"
+    (tmp_path / "accuracy_checking_result_20260101000000.csv").write_text(
+        header + "Functional.linear.0,error,pass\r\nFunctional.silu.0,pass,pass\r\n", encoding="utf-8")
+    (tmp_path / "accuracy_checking_result_20260102000000.csv").write_text(
+        header + "Functional.linear.0,pass,pass\r\nFunctional.silu.0,error,pass\r\n", encoding="utf-8")
+    chosen, statuses, unmatched = cand.select(calls, [str(tmp_path)])
+    assert chosen == ["Functional.silu.0"] and not unmatched
+    assert statuses["Functional.linear.0"] == "forward pass, backward pass"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="no accuracy_checking_result"):
+        cand.select(calls, [str(empty)])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -115,7 +116,8 @@ def attribute(step: Callable, *, candidates: Optional[Iterable[str]] = None, out
             without it and ``parameters``, the leaves of the loss's graph.
         parameters: ``(name, tensor)`` pairs whose gradients are compared, instead of the model's.
         min_share: a set of calls is searched further while it explains at least this share of the drift.
-        check_result: a checker result CSV whose flagged APIs are shown with their share in the HTML report.
+        check_result: a checker result CSV (or an output folder: its newest) whose flagged APIs are shown with
+            their share in the HTML report.
         write: write the CSV and the HTML page (False: only return the result).
         backward: a corrected call's backward is the bench's too (False: its forward output only).
 
@@ -154,7 +156,8 @@ def _attribute(runner: StepRunner, make: Callable, spec: Any, out_dir: str, budg
         say(f"{len(unmatched)} candidate name(s) or pattern(s) match no call of the step: "
             f"{', '.join(unmatched[:5])}")
     if check_result:
-        statuses.update(cand.read_csv_apis(check_result)[1])
+        statuses.update(cand.read_csv_apis(cand.newest_result(check_result) if os.path.isdir(check_result)
+                                           else check_result)[1])
     reasons = {c.name: c.reason for c in calls}
     names = [n for n in chosen if not reasons[n]]
     uncorrectable = [(n, reasons[n]) for n in chosen if reasons[n]]

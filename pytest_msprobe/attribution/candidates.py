@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import csv
 import fnmatch
+import glob
 import os
+import re
 from typing import Iterable, Optional
 
 from ..precision import verdict
@@ -54,10 +56,32 @@ def read_csv_apis(path: str) -> tuple:
                      "nor a compare CSV (a column 'NPU Name'); pass one of those, or API names and patterns")
 
 
+RESULT_PATTERNS = ("accuracy_checking_result_*.csv", "compare_result_*.csv")
+
+
+def newest_result(folder: str) -> str:
+    """The newest checker result CSV or compare CSV in ``folder`` (by the time stamp in its name, then the
+    file's time): an output folder holds one pair per run.
+
+    Raises:
+        ValueError: the folder holds neither, naming it.
+    """
+    found = [p for pattern in RESULT_PATTERNS for p in glob.glob(os.path.join(glob.escape(folder), pattern))]
+    if not found:
+        raise ValueError(f"{folder}: no accuracy_checking_result_*.csv or compare_result_*.csv in the folder; "
+                         "pass a result CSV, a compare CSV, or API names and patterns")
+
+    def age(path: str) -> tuple:
+        stamp = re.search(r"_(\d{14})\.csv\Z", os.path.basename(path))
+        return (stamp.group(1) if stamp else "", os.path.getmtime(path), path)
+    return max(found, key=age)
+
+
 def select(all_names: list, spec: Optional[Iterable[str]]) -> tuple:
     """(the names of ``all_names`` chosen by ``spec``, {API: status} from a CSV in it, unmatched spec items).
 
-    ``spec`` None chooses every name; each item is a CSV path, a name or a glob pattern."""
+    ``spec`` None chooses every name; each item is a CSV path, an output folder (its newest result or compare
+    CSV), a name or a glob pattern."""
     if spec is None:
         return list(all_names), {}, []
     if isinstance(spec, str):
@@ -65,6 +89,8 @@ def select(all_names: list, spec: Optional[Iterable[str]]) -> tuple:
     patterns: list = []
     statuses: dict = {}
     for item in spec:
+        if os.path.isdir(item):
+            item = newest_result(item)
         if item.endswith(".csv") and os.path.isfile(item):
             apis, found = read_csv_apis(item)
             patterns.extend(apis)

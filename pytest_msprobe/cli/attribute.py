@@ -17,7 +17,7 @@ DESCRIPTION = ("Attribute the drift of a training step to its API calls: runs th
                "and gradient drift each call explains. IMPORTS AND RUNS THE SCRIPT, as training does.")
 EPILOG = """examples:
   pytest-msprobe attribute train.py:step -o attr/
-  pytest-msprobe attribute train.py:step --candidates out/accuracy_checking_result_X.csv --fail-share 0.5
+  pytest-msprobe attribute train.py:step --candidates out/ --fail-share 0.5
   pytest-msprobe attribute train.py:step --candidates 'Functional.silu.*' 'Torch.matmul.*' --device cuda
 
 exit status: 0, or 1 when a dominant call (beyond the rounding of a correct kernel) explains more than
@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                        "and returns the loss")
     parser.add_argument("--candidates", nargs="+", default=None, metavar="NAME_OR_CSV",
                         help="dump names (Functional.silu.0), glob patterns, or an accuracy_checking_result / "
-                             "compare CSV whose failing APIs are the candidates (default: every call)")
+                             "compare CSV (or an output folder: its newest) whose failing APIs are the candidates "
+                             "(default: every call)")
     parser.add_argument("-o", "--out-dir", default=".", help="where the CSV and the HTML page go (default .)")
     parser.add_argument("--budget", type=int, default=None, help="the most runs of the step")
     parser.add_argument("--min-share", type=float, default=None,
