@@ -25,8 +25,10 @@ warnings.filterwarnings("ignore", message="Full backward hook is firing when gra
 
 @functools.lru_cache(maxsize=1)
 def _compiled_module_type() -> type:
-    """The class of the wrapper ``torch.compile`` returns for a module (compiling is lazy: nothing is traced)."""
-    return type(torch.compile(torch.nn.Identity()))
+    """The class of the wrapper ``torch.compile`` returns for a module (compiling is lazy: nothing is traced).
+    The wrapper's class is the same for every backend; the ``eager`` one spares the import of inductor's
+    machinery (about 0.15 s here instead of about 1 s in a dumped first step)."""
+    return type(torch.compile(torch.nn.Identity(), backend="eager"))
 
 
 def is_compiled_module(module: torch.nn.Module) -> bool:
