@@ -146,3 +146,16 @@ def test_inductor(tmp_path):
     gemms = [k for k in doc["data"] if k.startswith("Torch.addmm.") and k.endswith(".forward")]
     for key in gemms[1:]:
         assert doc["data"][key][fmt.INPUT_ARGS][1]["Min"] >= 0, key
+
+
+def test_a_compiled_wrapper_is_recognised_by_its_class_name_first():
+    """The dumper asks a module's class name before it learns torch.compile's wrapper class (which costs a
+    lazy import); the name it asks for is the wrapper's in the torch installed, and plain modules never match."""
+    import torch._dynamo  # noqa: F401 - what transformers and any compiled training have loaded
+
+    from dumpers.torch_dump import module_hooks
+
+    wrapped = torch.compile(torch.nn.Linear(2, 2), backend="eager")
+    assert type(wrapped).__name__ == module_hooks._WRAPPER_NAME
+    assert module_hooks.is_compiled_module(wrapped)
+    assert not module_hooks.is_compiled_module(torch.nn.Linear(2, 2))
