@@ -380,3 +380,59 @@ def abs_max(x):
     for i in range(x.shape[0]):
         k = max(k, _key(np.float64(x[i])))
     return _unkey(k)
+
+
+@_jit
+def _pairwise_abs_value(x, lo, n):
+    """(numpy's pairwise sum of |x|, of x) over ``lo .. lo + n - 1``, both in one read, as float64."""
+    if n < 8:
+        a = v = -0.0
+        for i in range(lo, lo + n):
+            t = np.float64(x[i])
+            a += abs(t)
+            v += t
+        return a, v
+    if n <= 128:
+        v0, v1, v2, v3 = np.float64(x[lo]), np.float64(x[lo + 1]), np.float64(x[lo + 2]), np.float64(x[lo + 3])
+        v4, v5, v6, v7 = np.float64(x[lo + 4]), np.float64(x[lo + 5]), np.float64(x[lo + 6]), np.float64(x[lo + 7])
+        a0, a1, a2, a3, a4, a5, a6, a7 = abs(v0), abs(v1), abs(v2), abs(v3), abs(v4), abs(v5), abs(v6), abs(v7)
+        stop = n - n % 8
+        i = 8
+        while i < stop:
+            j = lo + i
+            t0, t1, t2, t3 = np.float64(x[j]), np.float64(x[j + 1]), np.float64(x[j + 2]), np.float64(x[j + 3])
+            t4, t5, t6, t7 = np.float64(x[j + 4]), np.float64(x[j + 5]), np.float64(x[j + 6]), np.float64(x[j + 7])
+            v0, v1, v2, v3, v4, v5, v6, v7 = v0 + t0, v1 + t1, v2 + t2, v3 + t3, v4 + t4, v5 + t5, v6 + t6, v7 + t7
+            a0, a1, a2, a3 = a0 + abs(t0), a1 + abs(t1), a2 + abs(t2), a3 + abs(t3)
+            a4, a5, a6, a7 = a4 + abs(t4), a5 + abs(t5), a6 + abs(t6), a7 + abs(t7)
+            i += 8
+        a = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+        v = ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7))
+        while i < n:
+            t = np.float64(x[lo + i])
+            a += abs(t)
+            v += t
+            i += 1
+        return a, v
+    n2 = n // 2
+    n2 -= n2 % 8
+    a, v = _pairwise_abs_value(x, lo, n2)
+    b, w = _pairwise_abs_value(x, lo + n2, n - n2)
+    return a + b, v + w
+
+
+@_jit
+def abs_value_sums(x, run):
+    """(numpy's float64 sum of |x|, of x) in one read, handed over in runs of ``run`` elements (0: one run):
+    ``np.abs(x).sum(dtype=np.float64)`` and ``x.sum(dtype=np.float64)`` bit for bit."""
+    n = x.shape[0]
+    step = n if run <= 0 else run
+    a = v = 0.0
+    start = 0
+    while start < n:
+        m = min(step, n - start)
+        s, t = _pairwise_abs_value(x, start, m)
+        a += s
+        v += t
+        start += m
+    return a, v

@@ -155,3 +155,12 @@ def test_fused_float64_sums_are_numpys_bits(dtype, n, bufsize):
         assert K.abs_max(x) == float(np.abs(x).max())
         x[n // 2] = np.nan
         assert math.isnan(K.abs_diff_max(x, y)) and math.isnan(K.abs_max(x))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 5, 8, 100, 129, 8193, 20000])
+def test_fused_abs_and_value_sums_are_numpys_bits(dtype, n):
+    from dumpers import metrics_kernel as K
+    x = (np.random.default_rng(n).standard_normal(n) * 300).astype(dtype)
+    a, v = K.abs_value_sums(x, np.getbufsize())
+    assert (a, v) == (float(np.abs(x).sum(dtype=np.float64)), float(x.sum(dtype=np.float64)))

@@ -194,9 +194,8 @@ def _profile_array(x: Any) -> _Profile:
         if c.dtype.kind != "f" or c.dtype.itemsize < 4:
             c = c.astype(np.float64 if c.dtype.kind != "f" else np.float32)
         with np.errstate(over="ignore", invalid="ignore"):   # an overflow in float32 takes the slow path
-            if c.dtype in _FUSED:                             # the sums and maximum in one compiled pass each
-                part = (float(np.dot(c, c)), K.float64_sum(c, c, K.T_ABS, run),
-                        K.float64_sum(c, c, K.T_VALUE, run), K.abs_max(c))
+            if c.dtype in _FUSED:                             # both sums in one compiled read, then the maximum
+                part = (float(np.dot(c, c)), *K.abs_value_sums(c, run), K.abs_max(c))
             else:
                 mag = np.abs(c)
                 part = (float(np.dot(c, c)), float(mag.sum(dtype=np.float64)), float(c.sum(dtype=np.float64)),
