@@ -130,3 +130,37 @@ def test_ulp_exponent_next_to_powers_of_two(tb, td, ulp):
                              [1e-40, -1e-42, 5e-324 if tb is np.float64 else 1e-45]])
     b = np.concatenate([values, -values]).astype(tb)
     check(b, (b.astype(np.float64) * (1 + 1e-3)).astype(td), ulp, 1 << 16)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 1000, 8191, 8192, 8193, 20000, 65539])
+@pytest.mark.parametrize("bufsize", [8192, 4096])
+def test_fused_float64_sums_are_numpys_bits(dtype, n, bufsize):
+    """The kernel's float64 sums (of |x - y|, |x|, x) equal numpy's, bit for bit, for any buffer size."""
+    from dumpers import metrics_kernel as K
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * rng.uniform(0.1, 1e3, n)).astype(dtype)
+    y = (x + rng.standard_normal(n) * 1e-3).astype(dtype)
+    old = np.getbufsize()
+    np.setbufsize(bufsize)
+    try:
+        run = np.getbufsize()
+        assert K.float64_sum(x, y, K.T_ABS_DIFF, run) == float(np.abs(np.subtract(x, y, dtype=np.float64)).sum())
+        assert K.float64_sum(x, x, K.T_ABS, run) == float(np.abs(x).sum(dtype=np.float64))
+        assert K.float64_sum(x, x, K.T_VALUE, run) == float(x.sum(dtype=np.float64))
+    finally:
+        np.setbufsize(old)
+    if n:
+        assert K.abs_diff_max(x, y) == float(np.abs(np.subtract(x, y, dtype=np.float64)).max())
+        assert K.abs_max(x) == float(np.abs(x).max())
+        x[n // 2] = np.nan
+        assert math.isnan(K.abs_diff_max(x, y)) and math.isnan(K.abs_max(x))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 5, 8, 100, 129, 8193, 20000])
+def test_fused_abs_and_value_sums_are_numpys_bits(dtype, n):
+    from dumpers import metrics_kernel as K
+    x = (np.random.default_rng(n).standard_normal(n) * 300).astype(dtype)
+    a, v = K.abs_value_sums(x, np.getbufsize())
+    assert (a, v) == (float(np.abs(x).sum(dtype=np.float64)), float(x.sum(dtype=np.float64)))

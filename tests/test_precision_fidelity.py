@@ -175,6 +175,12 @@ def test_hf32_replay_of_a_conv_is_within_rounding():
     assert "x expected): max abs diff" in fid.text and "% of elements" in fid.text
     planted = F.compare_expected(replayed, recorded * 1.005, expected)
     assert planted.verdict == F.DIFFERS and planted.text.startswith("differs (") and planted.multiple > 4 * ee.WITHIN
+    asked = []
+    lazy = F.compare_expected(replayed, recorded, lambda: asked.append(1) or expected)
+    assert lazy == fid and asked == [1]                       # an estimate made on request judges the same
+    assert F.compare_expected(recorded, recorded.clone(), lambda: asked.append(2) or expected).text == "exact"
+    assert asked == [1]                                       # bitwise equal: no estimate is made
+    assert F.compare_expected(replayed, recorded, lambda: None) == F.compare_values(replayed, recorded)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

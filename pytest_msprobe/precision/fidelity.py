@@ -269,7 +269,8 @@ def compare_expected(replayed: Any, recorded: Any, expected: Any) -> Fidelity:
     """Fidelity of one replayed tensor judged by the expected error of the call.
 
     ``expected``: an :class:`.expected_error.Expected` for one correct run of the call (its ``pair()`` figures
-    are what two correct runs may differ by); None falls back to :func:`compare_values`. The cell is
+    are what two correct runs may differ by), or a function of no arguments that gives one (called only when
+    the tensors differ); None falls back to :func:`compare_values`. The cell is
     ``exact``, ``within rounding (k x expected): FIGURES`` or ``differs (N x expected): FIGURES`` with
     FIGURES ``max abs diff X, max N ulp, F% of elements`` (F: the share of elements that differ at all).
     """
@@ -278,6 +279,10 @@ def compare_expected(replayed: Any, recorded: Any, expected: Any) -> Fidelity:
     base = compare_values(replayed, recorded)
     if expected is None or base.verdict == EXACT or not (_is_tensor(replayed) and _is_tensor(recorded)):
         return base
+    if callable(expected):
+        expected = expected()
+        if expected is None:
+            return base
     tr, tc = _as_torch(replayed), _as_torch(recorded)
     if tr.dtype != tc.dtype or tr.shape != tc.shape or not tr.is_floating_point() or base.max_abs is None:
         return base

@@ -153,7 +153,8 @@ def fidelity(name: str, api: str, device: Any, mapping: list, recorded: Any, cal
     for i, value in pairs:
         rec = recorded.get(FORWARD, i)
         if not_recorded_reason(rec) is None:
-            cells[_row(name, FORWARD, i)] = compare_expected(value, rec, _expected(api, call, value, FORWARD, i))
+            cells[_row(name, FORWARD, i)] = compare_expected(
+                value, rec, lambda value=value, i=i: _expected(api, call, value, FORWARD, i))
         elif getattr(rec, "damaged", False):
             cells[_row(name, FORWARD, i)] = not_compared(rec.reason)
     node_grads = getattr(device, "node_grads", None) or []
@@ -163,8 +164,8 @@ def fidelity(name: str, api: str, device: Any, mapping: list, recorded: Any, cal
         rec = recorded.get(BACKWARD, pick[0])
         if isinstance(rec, torch.Tensor) and node_grads[pick[0]] is not None:
             value = node_grads[pick[0]]
-            expected = _expected(api, call, value, BACKWARD, i)
-            cells[_row(name, BACKWARD, i)] = compare_expected(value, rec, expected)
+            cells[_row(name, BACKWARD, i)] = compare_expected(
+                value, rec, lambda value=value, i=i: _expected(api, call, value, BACKWARD, i))
         elif getattr(rec, "damaged", False):
             cells[_row(name, BACKWARD, i)] = not_compared(rec.reason)
     return cells
