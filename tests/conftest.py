@@ -9,16 +9,20 @@ import pytest
 DATA = pathlib.Path(__file__).parent / "data"
 
 
+KEPT_MODULES = ("torch", "mindspore", "numpy", "numba", "llvmlite", "sympy")
+
+
 def _keep_framework_modules() -> None:
     """pytester's in-process runs drop the modules they imported; torch and MindSpore modules register operator
-    libraries at import and cannot be imported twice, so in-process runs keep them."""
+    libraries at import and cannot be imported twice, and numba (with llvmlite) and sympy keep registries of
+    their own types that refuse a second import of their modules, so in-process runs keep them all."""
     import _pytest.pytester as pytester_mod
 
     original = pytester_mod.SysModulesSnapshot.__init__
 
     def init(self, preserve=None):
         def keep(name):
-            return name.split(".")[0] in ("torch", "mindspore", "numpy") or bool(preserve and preserve(name))
+            return name.split(".")[0] in KEPT_MODULES or bool(preserve and preserve(name))
         original(self, preserve=keep)
 
     pytester_mod.SysModulesSnapshot.__init__ = init
