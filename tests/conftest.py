@@ -73,3 +73,18 @@ def _restore_torch_threads():
     yield
     if torch.get_num_threads() != before:
         torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_torch_debugger():
+    """msprobe's PrecisionDebugger is a singleton (the first construction wins): every test starts and ends
+    without one, so a test that builds its own never gets another test's, whatever ran before it."""
+    import sys
+
+    def reset() -> None:
+        module = sys.modules.get("dumpers.torch_dump.debugger")
+        if module is not None:
+            module.PrecisionDebugger.reset()
+    reset()
+    yield
+    reset()
