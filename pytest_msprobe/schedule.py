@@ -65,7 +65,7 @@ class DealtLoad:
         self.early = not any(is_remote(spec) for spec in specs)    # all on this machine: start each at once
         self.maxschedchunk = config.getoption("maxschedchunk", None)
         self.node2collection: dict = {}     # worker -> its collection (node ids)
-        self.node2pending: dict = {}        # worker -> indices of the items sent to it and not finished
+        self.queued_by_worker: dict = {}        # worker -> indices of the items sent to it and not finished
         self.pending: list = []             # indices not sent yet
         self.collection: list | None = None
         self.started: set = set()           # workers that have had their first share
@@ -74,7 +74,7 @@ class DealtLoad:
     # --- xdist's scheduler protocol ----------------------------------------------------------------------
     @property
     def nodes(self) -> list:
-        return list(self.node2pending)
+        return list(self.queued_by_worker)
 
     @property
     def collection_is_completed(self) -> bool:
@@ -86,18 +86,18 @@ class DealtLoad:
     def tests_finished(self) -> bool:
         if not self.collection_is_completed or self.shares or self.pending:
             return False
-        return all(len(queued) < 2 for queued in self.node2pending.values())
+        return all(len(queued) < 2 for queued in self.queued_by_worker.values())
 
     @property
     def has_pending(self) -> bool:
-        return bool(self.shares or self.pending or any(self.node2pending.values()))
+        return bool(self.shares or self.pending or any(self.queued_by_worker.values()))
 
     def add_node(self, node: Any) -> None:
-        assert node not in self.node2pending
-        self.node2pending[node] = []
+        assert node not in self.queued_by_worker
+        self.queued_by_worker[node] = []
 
     def add_node_collection(self, node: Any, collection: Any) -> None:
-        assert node in self.node2pending
+        assert node in self.queued_by_worker
         first = self.collection if self.collection is not None else next(iter(self.node2collection.values()), None)
         if first is not None and list(collection) != first:
             self._refuse(node, list(collection), first)
@@ -105,7 +105,7 @@ class DealtLoad:
         self.node2collection[node] = list(collection)
 
     def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
-        self.node2pending[node].remove(item_index)
+        self.queued_by_worker[node].remove(item_index)
         self.check_schedule(node, duration)
 
     def mark_test_pending(self, item: str) -> None:
@@ -119,7 +119,7 @@ class DealtLoad:
 
     def remove_node(self, node: Any) -> Optional[str]:
         """A worker finished or went down: the item it was running (None if none), its queue to the others."""
-        queued = self.node2pending.pop(node)
+        queued = self.queued_by_worker.pop(node)
         self.node2collection.pop(node, None)
         self.started.discard(node)
         if not queued:
@@ -162,23 +162,23 @@ class DealtLoad:
             # call (tests_finished), and the last calls are the smallest
             return
         self._refill(node, duration)
-        if node.shutting_down or not self.pending or node not in self.node2pending:
+        if node.shutting_down or not self.pending or node not in self.queued_by_worker:
             return
-        queued = self.node2pending[node]
+        queued = self.queued_by_worker[node]
         # items run largest first, so the last one's duration bounds the next ones': the estimate errs long;
         # without one (a new worker collected, another was lost) the queue keeps its minimum
         per_item = max(duration, 1e-4) if duration > 0 else QUEUED_S
         want = min(MAX_QUEUED, max(MIN_QUEUED, math.ceil(QUEUED_S / per_item)),
-                   1 + len(self.pending) // len(self.node2pending))
+                   1 + len(self.pending) // len(self.queued_by_worker))
         if len(queued) < want:
             self._send(node, want - len(queued))
 
     def _refill(self, node: Any, duration: float) -> None:
         """xdist's own refill: below a quarter of its share of what is left, a worker gets up to half of it
         (a worker whose last item took 0.1 s or more waits while it holds two)."""
-        per_node = len(self.pending) // len(self.node2pending)
+        per_node = len(self.pending) // len(self.queued_by_worker)
         low, high = max(2, per_node // 4), max(2, per_node // 2)
-        queued = self.node2pending[node]
+        queued = self.queued_by_worker[node]
         if len(queued) < low and not (duration >= 0.1 and len(queued) >= 2):
             self._send(node, min(high - len(queued), max(2 - len(queued), self.maxschedchunk or 0)))
 
@@ -186,11 +186,11 @@ class DealtLoad:
         self.started.add(node)
         share = self.shares.pop(0) if self.shares else []
         if share:
-            self.node2pending[node].extend(share)
+            self.queued_by_worker[node].extend(share)
             node.send_runtest_some(share)
-        if len(self.node2pending[node]) < 2:      # it runs an item only once it knows the next, or is stopped
+        if len(self.queued_by_worker[node]) < 2:      # it runs an item only once it knows the next, or is stopped
             self._release_shares()
-            self._send(node, MIN_QUEUED - len(self.node2pending[node]))
+            self._send(node, MIN_QUEUED - len(self.queued_by_worker[node]))
 
     def _release_shares(self) -> None:
         """Nothing else left to send: the shares of workers not started yet go to whoever asks."""
@@ -202,7 +202,7 @@ class DealtLoad:
         items = self.pending[:num]
         if items:
             del self.pending[:num]
-            self.node2pending[node].extend(items)
+            self.queued_by_worker[node].extend(items)
             node.send_runtest_some(items)
 
     def _refuse(self, node: Any, collection: list, first: list) -> None:

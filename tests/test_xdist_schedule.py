@@ -132,9 +132,9 @@ def _run_queue(sched, node, duration: float) -> list:
     """Complete ``node``'s items one at a time, each taking ``duration``: after each, its queue length and how
     many items were still unsent."""
     steps = []
-    while sched.node2pending[node]:
-        sched.mark_test_complete(node, sched.node2pending[node][0], duration)
-        steps.append((len(sched.node2pending[node]), len(sched.pending)))
+    while sched.queued_by_worker[node]:
+        sched.mark_test_complete(node, sched.queued_by_worker[node][0], duration)
+        steps.append((len(sched.queued_by_worker[node]), len(sched.pending)))
     return steps
 
 
@@ -183,7 +183,7 @@ def test_the_first_worker_to_collect_starts_and_a_late_one_gets_its_dealt_share(
     sched.schedule()
     assert b.sent == [0, 2, 4, 6, 8] and a.sent == []        # share 0 of the dealt window (2 x 5 items)
     for _ in range(10):                                       # b runs on: items beyond the window, not a's
-        sched.mark_test_complete(b, sched.node2pending[b][0], 0.2)
+        sched.mark_test_complete(b, sched.queued_by_worker[b][0], 0.2)
     assert not set(b.sent) & {1, 3, 5, 7, 9}
     sched.add_node_collection(a, ids)
     sched.schedule()
@@ -285,24 +285,24 @@ def test_a_check_without_a_duration_tops_a_queue_up_to_its_minimum_only(pytester
     from pytest_msprobe.schedule import MIN_QUEUED
     sched, (a, _) = _scheduler(pytester, 400)
     del sched.pending[12:]                      # 12 items left to send: xdist keeps two queued
-    del sched.node2pending[a][2:]               # a holds two
+    del sched.queued_by_worker[a][2:]               # a holds two
     sched.check_schedule(a)
-    assert len(sched.node2pending[a]) == MIN_QUEUED
+    assert len(sched.queued_by_worker[a]) == MIN_QUEUED
     sched.check_schedule(a, 0.002)              # a known 2 ms item: 50 ms of them, within a fair share
-    assert len(sched.node2pending[a]) == 1 + (12 - 1) // 2       # the fair share of the 11 then left
+    assert len(sched.queued_by_worker[a]) == 1 + (12 - 1) // 2       # the fair share of the 11 then left
 
 
 def test_calls_of_a_worker_lost_after_the_queue_emptied_go_to_a_worker_still_there(pytester):
     """xdist stops a worker as soon as nothing is left to send; a worker lost after that (a host gone) left
     its calls to no one ("no active workers"). Here the drained worker waits at its last call and takes them."""
     sched, (a, b) = _scheduler(pytester, 40)
-    while sched.pending or len(sched.node2pending[a]) > 1:
-        sched.mark_test_complete(a, sched.node2pending[a][0], 0.01)
-    assert not a.shutting_down and len(sched.node2pending[b]) >= 2 and not sched.tests_finished
-    held = list(sched.node2pending[b])
+    while sched.pending or len(sched.queued_by_worker[a]) > 1:
+        sched.mark_test_complete(a, sched.queued_by_worker[a][0], 0.01)
+    assert not a.shutting_down and len(sched.queued_by_worker[b]) >= 2 and not sched.tests_finished
+    held = list(sched.queued_by_worker[b])
     crashed = sched.remove_node(b)
     assert crashed == f"dump.json::Api.{held[0]}"
-    assert len(sched.node2pending[a]) >= 2 and not a.shutting_down      # it goes on, with b's calls
+    assert len(sched.queued_by_worker[a]) >= 2 and not a.shutting_down      # it goes on, with b's calls
     _run_queue(sched, a, 0.01)
     assert set(held[1:]) <= set(a.sent) and not sched.pending and sched.tests_finished
 
