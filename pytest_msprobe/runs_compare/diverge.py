@@ -71,15 +71,69 @@ def _stat_gap(a: float, b: float) -> float:
     return math.inf
 
 
-def stats_observed(target: list, golden: list, numel: int) -> tuple:
+def stat_rounding(value: float, u: float) -> float:
+    """How far a printed Mean or Norm may be from the tensor's own: msprobe (and this project's dumper) compute
+    the statistics of a tensor in its dtype, so a bf16 tensor's Mean and Norm are bf16 values, each within half
+    an ulp (``u 2^floor(log2|v|)``, at most ``u |v|``) of the value before that rounding. A value that is no
+    value of the dtype was not rounded to it: then float32's half ulp. 0 for zero and non-finite values.
+    (Max and Min are elements of the tensor: exact.)"""
+    if not value or not math.isfinite(value) or not u:
+        return 0.0
+    mantissa, exponent = math.frexp(value)
+    bits = round(-math.log2(u))
+    if not (mantissa * 2.0 ** bits).is_integer():
+        u = 2.0 ** -24 if u > 2.0 ** -24 else u
+    half = math.ldexp(u, exponent - 1)
+    return max(half, _SUBNORMAL_HALF_ULP.get(bits, 0.0))
+
+
+def stat_rounding_columns(values: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """:func:`stat_rounding` over a column of values, each with its dtype's unit roundoff (NaN: unknown, 0)."""
+    with np.errstate(all="ignore"):
+        known = np.isfinite(values) & (values != 0) & np.isfinite(u) & (u > 0)
+        mantissa, exponent = np.frexp(np.where(known, values, 1.0))
+        bits = np.round(-np.log2(np.where(known, u, 1.0)))
+        scaled = mantissa * 2.0 ** bits
+        unit = np.where(scaled == np.floor(scaled), u, np.minimum(u, 2.0 ** -24))
+        half = np.ldexp(np.where(known, unit, 0.0), exponent - 1)
+        floor = np.zeros_like(half)
+        for b, least in _SUBNORMAL_HALF_ULP.items():
+            floor = np.where(bits == b, least, floor)
+        return np.where(known, np.maximum(half, floor), 0.0)
+
+
+# half the smallest subnormal of the dtypes with a reachable subnormal range (float16: 2^-24)
+_SUBNORMAL_HALF_ULP = {11: 2.0 ** -25}
+
+
+def _units(dtype: str) -> float:
+    from ..precision.expected_error import unit_roundoff
+    try:
+        return unit_roundoff(dtype)
+    except ValueError:
+        return 0.0
+
+
+def _rounded_gap(a: float, b: float, u: float) -> float:
+    """``|a - b|`` of two printed statistics less what their own rounding to the dtype explains (never below 0):
+    the smallest difference the tensors' statistics may have had before the dump printed them."""
+    gap = _stat_gap(a, b)
+    if not math.isfinite(gap) or gap == 0:
+        return gap
+    return max(0.0, gap - stat_rounding(a, u) - stat_rounding(b, u))
+
+
+def stats_observed(target: list, golden: list, numel: int, u: float = 0.0) -> tuple:
     """(max-abs lower bound, mean-abs lower bound) of a difference from the four statistics of each side:
     ``|dMax|``, ``|dMin|`` and ``|dMean|`` never exceed the largest element difference, ``|dMean|`` never
-    exceeds the mean absolute difference, ``|dNorm| / sqrt(N)`` never exceeds the root mean square one."""
+    exceeds the mean absolute difference, ``|dNorm| / sqrt(N)`` never exceeds the root mean square one. Mean and
+    Norm are printed in the tensor's dtype (unit roundoff ``u``): their differences count only beyond the two
+    values' own rounding (:func:`stat_rounding`)."""
     t, g = [_num(v) for v in target], [_num(v) for v in golden]
-    gaps = [_stat_gap(a, b) for a, b in zip(t, g)]
-    if len(gaps) < 4:
+    if len(t) < 4 or len(g) < 4:
         return 0.0, 0.0
-    d_max, d_min, d_mean, d_norm = gaps
+    d_max, d_min = _stat_gap(t[0], g[0]), _stat_gap(t[1], g[1])
+    d_mean, d_norm = _rounded_gap(t[2], g[2], u), _rounded_gap(t[3], g[3], u)
     return max(d_max, d_min, d_mean, d_norm / math.sqrt(max(numel, 1))), d_mean
 
 
@@ -122,8 +176,9 @@ def _input_divergence(lines: list, mode: str) -> float:
         if mode == TENSOR and getattr(line, "observed", None) is not None:
             peak, spread = line.observed[0], 0.0
         else:
-            peak = stats_observed(t.stats, g.stats, _numel(g))[0]
-            spread = _norm_spread(t.stats, g.stats, _numel(g))
+            u = _units(g.dtype)
+            peak = stats_observed(t.stats, g.stats, _numel(g), u)[0]
+            spread = _norm_spread(t.stats, g.stats, _numel(g), u)
         if peak == 0 and spread == 0:
             continue
         if not scale or math.isnan(scale) or math.isinf(peak):
@@ -132,18 +187,20 @@ def _input_divergence(lines: list, mode: str) -> float:
     return worst
 
 
-def _norm_spread(target: list, golden: list, numel: int) -> float:
+def _norm_spread(target: list, golden: list, numel: int, u: float = 0.0) -> float:
     """The relative root-mean-square difference of a tensor suggested by its norms: for a difference ``d``
     uncorrelated with the tensor ``x``, ``|Norm(x + d) - Norm(x)|`` is about ``rms(d)``, so ``sqrt(N) |dNorm| /
     Norm`` is about ``rms(d) / rms(x)``. An estimate, not a bound; it keeps the statistics' lower bounds from
-    understating how far a call's inputs already differ."""
+    understating how far a call's inputs already differ. Only the part of ``|dNorm|`` beyond the two norms' own
+    rounding to the dtype counts (:func:`stat_rounding`): ``sqrt(N)`` would turn a printed ulp into a large
+    spread the tensors need not have."""
     t, g = _num(target[3]) if len(target) > 3 else math.nan, _num(golden[3]) if len(golden) > 3 else math.nan
     if not (math.isfinite(t) and math.isfinite(g)) or g <= 0:
         return 0.0
     root_n = math.sqrt(max(numel, 1))
     peak = _scale(golden)
     tails = max(1.0, peak * root_n / g) if math.isfinite(peak) else 1.0
-    return root_n * abs(t - g) / g / math.sqrt(tails)
+    return root_n * _rounded_gap(t, g, u) / g / math.sqrt(tails)
 
 
 def _node(key: str, lines: list, stack: Any, construct: dict, mode: str) -> dict:
@@ -206,7 +263,7 @@ def _judge_call(key: str, lines: list, groups: dict, mode: str) -> dict | None:
             observed = ee.Observed(*line.observed)
             source = "tensors"
         else:
-            observed = ee.Observed(*stats_observed(line.target.stats, g.stats, numel))
+            observed = ee.Observed(*stats_observed(line.target.stats, g.stats, numel, _units(g.dtype)))
             source = "statistics"
         if observed.max_abs == 0 and observed.mean_abs == 0 or _surely_within(ee, observed, g):
             continue
@@ -300,23 +357,27 @@ def statistics_candidates(tab: Any) -> np.ndarray:
     idx = np.nonzero(look)[0]
     ti, gi = tab.ti[idx], tab.gi[idx]
     tv, gv = _numeric(t_side, ti), _numeric(g_side, gi)
+    units: dict = {}
+    for g in set(g_rows[g].dtype for g in gi.tolist()):
+        try:
+            units[g] = ee.unit_roundoff(g)
+        except ValueError:
+            units[g] = math.nan
+    u = np.array([units[g_rows[g].dtype] for g in gi.tolist()], dtype=float).reshape(-1)
     with np.errstate(all="ignore"):
         both_nan = np.isnan(tv) & np.isnan(gv)
         gap = np.where(np.isfinite(tv) & np.isfinite(gv), np.abs(tv - gv), np.inf)
         gap = np.where((tv == gv) | both_nan, 0.0, gap)
+        for k in (2, 3):           # Mean and Norm: beyond their own rounding (stat_rounding), as _rounded_gap
+            less = stat_rounding_columns(tv[:, k], u) + stat_rounding_columns(gv[:, k], u)
+            gap[:, k] = np.where(np.isfinite(gap[:, k]) & (gap[:, k] > 0), np.maximum(gap[:, k] - less, 0.0),
+                                 gap[:, k])
         numel: dict = {}
         counts = np.array([numel.setdefault(g_rows[g].shape, _numel(g_rows[g])) if g_rows[g].shape not in numel
                            else numel[g_rows[g].shape] for g in gi.tolist()], dtype=float).reshape(-1)
         max_abs = np.maximum(np.maximum(gap[:, 0], gap[:, 1]),
                              np.maximum(gap[:, 2], gap[:, 3] / np.sqrt(np.maximum(counts, 1))))
         mean_abs = gap[:, 2]
-        units: dict = {}
-        for g in set(g_rows[g].dtype for g in gi.tolist()):
-            try:
-                units[g] = ee.unit_roundoff(g)
-            except ValueError:
-                units[g] = math.nan
-        u = np.array([units[g_rows[g].dtype] for g in gi.tolist()], dtype=float).reshape(-1)
         a, b = np.abs(gv[:, 0]), np.abs(gv[:, 1])
         scale = np.where(b > a, b, a)
         mean = np.abs(gv[:, 2])
