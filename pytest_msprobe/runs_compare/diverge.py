@@ -187,6 +187,47 @@ def _input_divergence(lines: list, mode: str) -> float:
     return worst
 
 
+def _inputs_differ(lines: list, mode: str) -> bool:
+    """Whether any matched floating input differs at all: its tensors in tensor mode, else any printed statistic
+    (the same tensor always prints the same statistics)."""
+    for line in lines:
+        t, g = line.target, line.golden
+        if g is None or not _float_dtype(t.dtype):
+            continue
+        if mode == TENSOR and getattr(line, "observed", None) is not None:
+            if line.observed[0] != 0 or line.observed[1] != 0:
+                return True
+        elif any(_stat_gap(_num(a), _num(b)) != 0 for a, b in zip(t.stats, g.stats)):
+            return True
+    return False
+
+
+def running_unit_roundoff(result: Any, keys: list, groups: Any) -> np.ndarray:
+    """For each call in execution order, the unit roundoff of the narrowest floating dtype among the tensors of
+    the calls up to and including it (0 before any). Two devices part by rounding: an element of a run computed
+    in that dtype that differs at all differs by at least one of its roundings (bf16 values one ulp apart are
+    2^-8 to 2^-7 of each other), and tensors computed from such elements in a wider dtype (a float32 sum of bf16
+    squares) inherit it. So inputs that differ are taken to differ by at least that ``u``, relative: the
+    statistics alone may show less (a Norm that moved by less than the elements did, by cancellation)."""
+    units: dict = {}
+
+    def unit(dtype: str) -> float:
+        if dtype not in units:
+            units[dtype] = _units(dtype) if _float_dtype(dtype) else 0.0
+        return units[dtype]
+    if isinstance(result.lines, StatLines):
+        tab = result.lines.table
+        rows = tab.t.rows
+        if not len(tab):
+            return np.zeros(len(keys))
+        per_row = np.fromiter((unit(rows[i].dtype) for i in tab.ti.tolist()), float, len(tab))
+        per_call = np.maximum.reduceat(per_row, tab.group_starts)
+    else:
+        per_call = np.array([max((unit(line.target.dtype) for line in groups[key]), default=0.0)
+                             for key in keys], dtype=float)
+    return np.maximum.accumulate(per_call) if len(per_call) else per_call
+
+
 def _norm_spread(target: list, golden: list, numel: int, u: float = 0.0) -> float:
     """The relative root-mean-square difference of a tensor suggested by its norms: for a difference ``d``
     uncorrelated with the tensor ``x``, ``|Norm(x + d) - Norm(x)|`` is about ``rms(d)``, so ``sqrt(N) |dNorm| /
@@ -225,9 +266,10 @@ def _forward_lines(groups: dict, key: str) -> list:
     return groups.get(key[: -len("backward")] + "forward", [])
 
 
-def _judge_call(key: str, lines: list, groups: dict, mode: str) -> dict | None:
+def _judge_call(key: str, lines: list, groups: dict, mode: str, floor: float = 0.0) -> dict | None:
     """The figures of one call when an output diverges beyond its expected error, else None (or the figures of
-    its worst output with ``diverged`` False)."""
+    its worst output with ``diverged`` False). ``floor``: the least relative difference of inputs that differ at
+    all (:func:`running_unit_roundoff`)."""
     from ..precision import expected_error as ee
 
     inputs = [line for line in lines if not line.is_output]
@@ -248,6 +290,8 @@ def _judge_call(key: str, lines: list, groups: dict, mode: str) -> dict | None:
     rel_in = max(_input_divergence(inputs, mode), _input_divergence(forward_inputs, mode))
     if math.isinf(rel_in):
         return None
+    if floor and _inputs_differ(inputs + forward_inputs, mode):
+        rel_in = max(rel_in, floor)
     tensor_stats = [_stat_dict(line.golden) for line in forward_inputs
                     if line.golden is not None and (line.golden.item or {}).get("type") in fmt.TENSOR_TYPES]
     grad_stat = None
@@ -414,11 +458,13 @@ def first_divergence(result: Any) -> Finding:
         keys = list(groups)
         candidate = [True] * len(keys)
     finding = Finding(result.pair.rank, result.pair.label, None)
+    floors = running_unit_roundoff(result, keys, groups).tolist() if result.mode != MD5 else [0.0] * len(keys)
     comm = 0
     for position, key in enumerate(keys):
         if key.startswith(SKIPPED_APIS) or key.split(".", 1)[0] in fmt.MODULE_PREFIXES:
             continue
-        judged = _judge_call(key, groups[key], groups, result.mode) if candidate[position] else None
+        judged = (_judge_call(key, groups[key], groups, result.mode, floors[position]) if candidate[position]
+                  else None)
         if judged is not None:
             finding.checked += 1
         if judged is not None and judged.get("diverged"):
