@@ -1,6 +1,7 @@
 """The first divergence (-da) on msprobe 26.2's own dumps of a bf16 Llama step with planted aten-level faults,
-with and without other-device GEMM noise (tests/data/msprobe_26_2_compare): the planted API is named in
-statistics, tensor and md5 mode, nothing on noise alone, never another API; across two ranks."""
+with and without other-device GEMM noise (tests/data/msprobe_26_2_compare; noise alone from two seeds): the
+planted API is named in statistics, tensor and md5 mode, nothing on noise alone, never another API; across two
+ranks."""
 from __future__ import annotations
 
 import json

@@ -9,7 +9,9 @@ observed difference divided by that is the call's multiple; the first call whose
 :data:`~pytest_msprobe.precision.expected_error.WITHIN` is the divergence. The observed difference comes from the
 tensors when the dumps hold them (exact), from the statistics otherwise (a lower bound: the call is named only
 when even the bound is beyond), from the CRC32 values in md5 mode (a call whose inputs are bit-equal and whose
-outputs are not).
+outputs are not). Printed Means and Norms are rounded to the tensor's dtype: their differences count only beyond
+that rounding (:func:`stat_rounding`); inputs that differ at all differ by at least one rounding of the run's
+narrowest dtype (:func:`running_unit_roundoff`).
 """
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ PrecisionDebugger. Variants of the same step (same seed, same data):
   ``aten.rsqrt`` times 1.0625 (exact in bfloat16), its first call only.
 - ``noise``: every GEMM (``aten.mm``, ``aten.addmm``, ``aten.bmm``) rounded as another device might: about a third
   of its bfloat16 result's elements moved one bfloat16 step up or down (seeded), what a different summation
-  order does to the elements near a rounding boundary; ``noise_fault_<op>``: both.
+  order does to the elements near a rounding boundary; ``noise_fault_<op>``: both; ``noise_seed<k>``: the noise
+  from another seed (statistics only).
 
 Tasks: statistics (every variant) and md5 (golden, noise and the faults without noise: md5 cannot see through
 noise) at level mix (modules, parameter gradients and construct.json included), tensor at L1 for golden and
@@ -47,11 +48,15 @@ FAULT_OPS = ("silu", "_softmax", "silu_backward", "rsqrt")
 SCALE = 1.0625
 
 
+NOISE_SEED = 1234
+MORE_NOISE_SEEDS = (4,)      # noise alone from another seed: the noise of the second norm's float32 mean
+
+
 def variants() -> list:
     names = ["golden", "noise"]
     for op in FAULT_OPS:
         names += [f"fault_{op}", f"noise_fault_{op}"]
-    return names
+    return names + [f"noise_seed{seed}" for seed in MORE_NOISE_SEEDS]
 
 
 TENSOR_VARIANTS = ("golden", "noise_fault_silu")
@@ -82,7 +87,8 @@ def _mode(variant: str):
     fault_op = getattr(aten, fault).default if fault else None
     noisy = variant.startswith("noise")
     gemms = {aten.mm.default, aten.addmm.default, aten.bmm.default}
-    rng = np.random.default_rng(1234)
+    seed = int(variant[len("noise_seed"):]) if variant.startswith("noise_seed") else NOISE_SEED
+    rng = np.random.default_rng(seed)
 
     class Planted(TorchDispatchMode):
         done = False
