@@ -12,7 +12,9 @@ PrecisionDebugger. Variants of the same step (same seed, same data):
 - ``golden``: as is.
 - ``fault_<op>``: one aten op's output changed below the API layer by a ``TorchDispatchMode`` (the API's inputs agree,
   only its outputs differ): every second element of ``aten.silu`` / ``aten._softmax`` / ``aten.silu_backward`` /
-  ``aten.rsqrt`` times 1.0625 (exact in bfloat16), its first call only.
+  ``aten.rsqrt`` times 1.0625 (exact in bfloat16), its first call only; behind the noise also the second call of
+  ``aten.rsqrt`` (the second norm), of ``aten.mean.dim`` and of ``aten.bmm``, the fifth of ``aten.add.Tensor``
+  (the rotary embedding) and ``aten._log_softmax`` (in cross_entropy), statistics only.
 - ``noise``: every GEMM (``aten.mm``, ``aten.addmm``, ``aten.bmm``) rounded as another device might: about a third
   of its bfloat16 result's elements moved one bfloat16 step up or down (seeded), what a different summation
   order does to the elements near a rounding boundary; ``noise_fault_<op>``: both; ``noise_seed<k>``: the noise
@@ -49,6 +51,8 @@ SCALE = 1.0625
 
 
 NOISE_SEED = 1234
+# behind the noise only (statistics): other families and positions; "-<n>": the op's n-th call
+MORE_NOISE_FAULTS = ("rsqrt-2", "mean.dim-2", "add.Tensor-5", "bmm-2", "_log_softmax")
 MORE_NOISE_SEEDS = (4,)      # noise alone from another seed: the noise of the second norm's float32 mean
 
 
@@ -56,6 +60,7 @@ def variants() -> list:
     names = ["golden", "noise"]
     for op in FAULT_OPS:
         names += [f"fault_{op}", f"noise_fault_{op}"]
+    names += [f"noise_fault_{op}" for op in MORE_NOISE_FAULTS]
     return names + [f"noise_seed{seed}" for seed in MORE_NOISE_SEEDS]
 
 
@@ -84,14 +89,17 @@ def _mode(variant: str):
 
     aten = torch.ops.aten
     fault = variant.split("fault_", 1)[1] if "fault_" in variant else None
-    fault_op = getattr(aten, fault).default if fault else None
+    name, _, nth = (fault or "").partition("-")              # "<op>[.<overload>][-<nth call>]"
+    op, _, overload = name.partition(".")
+    fault_op = getattr(getattr(aten, op), overload or "default") if fault else None
+    fault_call = int(nth or 1)
     noisy = variant.startswith("noise")
     gemms = {aten.mm.default, aten.addmm.default, aten.bmm.default}
     seed = int(variant[len("noise_seed"):]) if variant.startswith("noise_seed") else NOISE_SEED
     rng = np.random.default_rng(seed)
 
     class Planted(TorchDispatchMode):
-        done = False
+        calls = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
@@ -103,8 +111,9 @@ def _mode(variant: str):
                 ulp = np.ldexp(np.float32(1), (exponent - 7).astype(np.int32)).astype(np.float32)
                 moved = (x + step * np.float32(0.75) * ulp).astype(np.float32)   # rounds to the next bf16 value
                 out = torch.from_numpy(moved).to(out.dtype)
-            if func is fault_op and not Planted.done:
-                Planted.done = True
+            if func is fault_op:
+                Planted.calls += 1
+            if func is fault_op and Planted.calls == fault_call:
                 x = out.float().numpy().copy()
                 flat = x.reshape(-1)
                 flat[::2] *= np.float32(SCALE)
