@@ -8,10 +8,11 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 
 from pytest_msprobe.cli import main as cli_main
-from pytest_msprobe.runs_compare.diverge import analyze
+from pytest_msprobe.runs_compare.diverge import analyze, stat_rounding, stat_rounding_columns, stats_observed
 from pytest_msprobe.runs_compare.runner import compare_runs
 
 LLAMA = os.path.join(os.path.dirname(__file__), "data", "msprobe_26_2_compare", "llama")
@@ -86,3 +87,25 @@ def test_two_ranks_first_divergence_across_ranks(tmp_path, capsys):
     assert doc["rank_0"][0]["op_name"] == "Functional.softmax.0.forward"
     assert not doc["rank_0"][0]["first_across_ranks"]
     assert "first divergence: rank_1 Torch.rsqrt.0.forward" in printed
+
+
+def test_printed_statistics_count_beyond_their_rounding_to_the_dtype():
+    u_bf16, u_fp16 = 2.0 ** -8, 2.0 ** -11
+    # 0.024169921875 = 198 * 2^-13, a bf16 value in [2^-6, 2^-5): one ulp is 2^-13, half of it 2^-14
+    assert stat_rounding(0.024169921875, u_bf16) == 2.0 ** -14
+    assert stat_rounding(-0.024169921875, u_bf16) == 2.0 ** -14
+    # no bf16 value: printed from a wider computation, float32's half ulp
+    assert stat_rounding(0.0241699, u_bf16) == 2.0 ** -24 * 2.0 ** -6
+    assert stat_rounding(0.0, u_bf16) == 0.0 and stat_rounding(float("inf"), u_bf16) == 0.0
+    # float16 below its normal range: spacing 2^-24, not relative
+    assert stat_rounding(3 * 2.0 ** -24, u_fp16) == 2.0 ** -25
+    values = np.array([0.024169921875, 0.0241699, -3.0, 0.0, np.inf, np.nan, 1e-30, 3 * 2.0 ** -24])
+    for u in (u_bf16, u_fp16, 2.0 ** -24):
+        assert np.array_equal(stat_rounding_columns(values, np.full(values.size, u)),
+                              [stat_rounding(float(v), u) for v in values])
+    # one printed bf16 ulp of a Norm is no difference at all; seven are six beyond the two half ulps
+    target, golden = [0.0, 0.0, 0.0, 0.0240478515625], [0.0, 0.0, 0.0, 0.024169921875]
+    assert stats_observed(target, golden, 1, u_bf16) == (0.0, 0.0)
+    assert stats_observed(target, golden, 1) == (2.0 ** -13, 0.0)
+    target[3] = 0.024169921875 + 7 * 2.0 ** -13
+    assert stats_observed(target, golden, 1, u_bf16)[0] == 6 * 2.0 ** -13

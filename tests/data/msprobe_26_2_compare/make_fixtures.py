@@ -21,8 +21,8 @@ PrecisionDebugger. Variants of the same step (same seed, same data):
   from another seed (statistics only).
 
 Tasks: statistics (every variant) and md5 (golden, noise and the faults without noise: md5 cannot see through
-noise) at level mix (modules, parameter gradients and construct.json included), tensor at L1 for golden and
-``noise_fault_silu`` only (tensor files are the bulk). stack.json is kept for the
+noise) at level mix (modules, parameter gradients and construct.json included), tensor at L1 for golden, ``noise``
+and ``noise_fault_silu`` only (tensor files are the bulk). stack.json is kept for the
 targets ``fault_silu`` and ``noise_fault_silu`` only (it is the largest file), with the machine's directories cut
 from its paths. For each target, msprobe's compare of ``<task>/<target>/step0`` against
 ``<task>/golden/step0`` is run with and without ``-da``; its CSV goes to ``msprobe_out/<task>/<target>/``,
@@ -64,7 +64,7 @@ def variants() -> list:
     return names + [f"noise_seed{seed}" for seed in MORE_NOISE_SEEDS]
 
 
-TENSOR_VARIANTS = ("golden", "noise_fault_silu")
+TENSOR_VARIANTS = ("golden", "noise", "noise_fault_silu")
 MD5_VARIANTS = ["golden", "noise"] + [f"fault_{op}" for op in FAULT_OPS]     # md5 cannot see through noise
 KEEP_STACK = ("fault_silu", "noise_fault_silu")      # stack.json is large: kept where the stack column is tested
 
