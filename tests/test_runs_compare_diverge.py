@@ -21,7 +21,8 @@ PLANTED = {"silu": "Functional.silu.0.forward", "_softmax": "Functional.softmax.
            # the op's n-th call (make_fixtures.py): the API that ran it, as its own record of the fault shows
            "rsqrt-2": "Torch.rsqrt.1.forward", "mean.dim-2": "Tensor.mean.1.forward",
            "add.Tensor-5": "Tensor.__add__.4.forward", "bmm-2": "Torch.matmul.1.forward",
-           "_log_softmax": "Functional.cross_entropy.0.forward"}
+           "_log_softmax": "Functional.cross_entropy.0.forward",
+           "_softmax_backward_data": "Functional.softmax.0.backward"}
 
 
 def _variants(task: str) -> list:

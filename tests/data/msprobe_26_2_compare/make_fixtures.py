@@ -14,7 +14,8 @@ PrecisionDebugger. Variants of the same step (same seed, same data):
   only its outputs differ): every second element of ``aten.silu`` / ``aten._softmax`` / ``aten.silu_backward`` /
   ``aten.rsqrt`` times 1.0625 (exact in bfloat16), its first call only; behind the noise also the second call of
   ``aten.rsqrt`` (the second norm), of ``aten.mean.dim`` and of ``aten.bmm``, the fifth of ``aten.add.Tensor``
-  (the rotary embedding) and ``aten._log_softmax`` (in cross_entropy), statistics only.
+  (the rotary embedding), ``aten._log_softmax`` (in cross_entropy) and ``aten._softmax_backward_data``,
+  statistics only.
 - ``noise``: every GEMM (``aten.mm``, ``aten.addmm``, ``aten.bmm``) rounded as another device might: about a third
   of its bfloat16 result's elements moved one bfloat16 step up or down (seeded), what a different summation
   order does to the elements near a rounding boundary; ``noise_fault_<op>``: both; ``noise_seed<k>``: the noise
@@ -52,7 +53,7 @@ SCALE = 1.0625
 
 NOISE_SEED = 1234
 # behind the noise only (statistics): other families and positions; "-<n>": the op's n-th call
-MORE_NOISE_FAULTS = ("rsqrt-2", "mean.dim-2", "add.Tensor-5", "bmm-2", "_log_softmax")
+MORE_NOISE_FAULTS = ("rsqrt-2", "mean.dim-2", "add.Tensor-5", "bmm-2", "_log_softmax", "_softmax_backward_data")
 MORE_NOISE_SEEDS = (4,)      # noise alone from another seed: the noise of the second norm's float32 mean
 
 
