@@ -26,6 +26,7 @@ import numpy as np
 from dumpers import format as fmt
 
 from .columnar import StatLines
+from .stat_rounding import stat_rounding, stat_rounding_columns
 from .table import MD5, TENSOR
 
 COMM_PREFIXES = ("Distributed.", "MintDistributed.")
@@ -71,41 +72,6 @@ def _stat_gap(a: float, b: float) -> float:
     if math.isnan(a) or math.isnan(b):
         return math.inf if (math.isnan(a) != math.isnan(b)) else 0.0
     return math.inf
-
-
-def stat_rounding(value: float, u: float) -> float:
-    """How far a printed Mean or Norm may be from the tensor's own: msprobe (and this project's dumper) compute
-    the statistics of a tensor in its dtype, so a bf16 tensor's Mean and Norm are bf16 values, each within half
-    an ulp (``u 2^floor(log2|v|)``, at most ``u |v|``) of the value before that rounding. A value that is no
-    value of the dtype was not rounded to it: then float32's half ulp. 0 for zero and non-finite values.
-    (Max and Min are elements of the tensor: exact.)"""
-    if not value or not math.isfinite(value) or not u:
-        return 0.0
-    mantissa, exponent = math.frexp(value)
-    bits = round(-math.log2(u))
-    if not (mantissa * 2.0 ** bits).is_integer():
-        u = 2.0 ** -24 if u > 2.0 ** -24 else u
-    half = math.ldexp(u, exponent - 1)
-    return max(half, _SUBNORMAL_HALF_ULP.get(bits, 0.0))
-
-
-def stat_rounding_columns(values: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """:func:`stat_rounding` over a column of values, each with its dtype's unit roundoff (NaN: unknown, 0)."""
-    with np.errstate(all="ignore"):
-        known = np.isfinite(values) & (values != 0) & np.isfinite(u) & (u > 0)
-        mantissa, exponent = np.frexp(np.where(known, values, 1.0))
-        bits = np.round(-np.log2(np.where(known, u, 1.0)))
-        scaled = mantissa * 2.0 ** bits
-        unit = np.where(scaled == np.floor(scaled), u, np.minimum(u, 2.0 ** -24))
-        half = np.ldexp(np.where(known, unit, 0.0), exponent - 1)
-        floor = np.zeros_like(half)
-        for b, least in _SUBNORMAL_HALF_ULP.items():
-            floor = np.where(bits == b, least, floor)
-        return np.where(known, np.maximum(half, floor), 0.0)
-
-
-# half the smallest subnormal of the dtypes with a reachable subnormal range (float16: 2^-24)
-_SUBNORMAL_HALF_ULP = {11: 2.0 ** -25}
 
 
 def _units(dtype: str) -> float:
@@ -325,6 +291,10 @@ def _judge_call(key: str, lines: list, groups: dict, mode: str, floor: float = 0
         basis = expected.basis
         if conserved is not None and conserved[0] > multiple:
             multiple, basis = conserved
+        if source == "statistics" and expected.reduction_length <= 1:
+            norm_rule = _norm_moved(line, rel_in)
+            if norm_rule is not None and norm_rule[0] > multiple:
+                multiple, basis = norm_rule
         if worst is None or multiple > worst["multiple"]:
             worst = {"diverged": multiple > ee.WITHIN, "multiple": multiple, "output": line.target.name,
                      "observed_max_abs": observed.max_abs, "observed_mean_abs": observed.mean_abs,
@@ -361,6 +331,34 @@ def _conserved_mean(api: str, line: Any, grad_stat: dict | None, numel: int, bac
     multiple = gap / allowed if allowed > 0 else math.inf
     return multiple, (f"conserved: the Mean is {fixed[0]:g} by construction whatever the inputs; |dMean| "
                       f"{gap:.3g} against two devices' {allowed:.3g}")
+
+
+def _norm_moved(line: Any, rel_in: float) -> tuple | None:
+    """(multiple, basis) of an element-wise output's Norm (one input element per output element, ``n = 1``):
+    its relative movement beyond the printed values' rounding against what unbiased element differences allow.
+
+    Two runs' outputs differ element by element by each device's rounding to nearest (``|delta_i| <= u``, zero
+    mean, independent) and by what the inputs' difference brings (up to ``e |y_i|``, the model's element-wise
+    propagation, from roundings as well). The Norm's relative change is their weighted mean
+    ``sum y_i^2 delta_i / sum y_i^2``, of standard deviation at most ``(u / sqrt 3 + e) sqrt(sum y^4) / sum y^2
+    <= (u / sqrt 3 + e) max|y| / Norm``; at ``lambda(1)`` standard deviations and for two devices:
+    ``2 lambda (u / sqrt 3 + e) max|y| / Norm``. A kernel that scales elements moves the Norm by a mean, not a
+    random walk: a 6% fault on half the elements moves it 3%, far beyond."""
+    g, t = line.golden, line.target
+    if len(g.stats) < 4:
+        return None
+    n_g, n_t = _num(g.stats[3]), _num(t.stats[3])
+    u = _units(g.dtype)
+    if not (math.isfinite(n_g) and math.isfinite(n_t)) or n_g <= 0 or not u:
+        return None
+    moved = _rounded_gap(n_t, n_g, u) / n_g
+    if not moved:
+        return None
+    lam = math.sqrt(2.0 * math.log(2.0)) + 1.0            # the model's lambda(N) for one statistic
+    peak = _scale(g.stats)
+    allowed = 2.0 * lam * (u / math.sqrt(3.0) + rel_in) * peak / n_g
+    return moved / allowed, (f"the Norm moved {moved:.3g} relative, against {allowed:.3g} for unbiased element "
+                             f"differences (inputs off by {rel_in:.3g}, two devices)")
 
 
 def _surely_within(ee: Any, observed: Any, golden: Any) -> bool:

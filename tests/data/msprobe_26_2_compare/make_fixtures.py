@@ -18,8 +18,8 @@ PrecisionDebugger. Variants of the same step (same seed, same data):
   statistics only.
 - ``noise``: every GEMM (``aten.mm``, ``aten.addmm``, ``aten.bmm``) rounded as another device might: about a third
   of its bfloat16 result's elements moved one bfloat16 step up or down (seeded), what a different summation
-  order does to the elements near a rounding boundary; ``noise_fault_<op>``: both; ``noise_seed<k>``: the noise
-  from another seed (statistics only).
+  order does to the elements near a rounding boundary; ``noise_fault_<op>``: both; ``noise_seed<k>[_fault_<op>]``:
+  the noise from another seed (statistics only).
 
 Tasks: statistics (every variant) and md5 (golden, noise and the faults without noise: md5 cannot see through
 noise) at level mix (modules, parameter gradients and construct.json included), tensor at L1 for golden, ``noise``
@@ -55,6 +55,8 @@ NOISE_SEED = 1234
 # behind the noise only (statistics): other families and positions; "-<n>": the op's n-th call
 MORE_NOISE_FAULTS = ("rsqrt-2", "mean.dim-2", "add.Tensor-5", "bmm-2", "_log_softmax", "_softmax_backward_data")
 MORE_NOISE_SEEDS = (4,)      # noise alone from another seed: the noise of the second norm's float32 mean
+# a fault behind the noise of another seed: the silu backward whose incoming gradient's largest element moved 1.5%
+OTHER_SEED_FAULTS = ("noise_seed1_fault_silu_backward",)
 
 
 def variants() -> list:
@@ -62,7 +64,7 @@ def variants() -> list:
     for op in FAULT_OPS:
         names += [f"fault_{op}", f"noise_fault_{op}"]
     names += [f"noise_fault_{op}" for op in MORE_NOISE_FAULTS]
-    return names + [f"noise_seed{seed}" for seed in MORE_NOISE_SEEDS]
+    return names + [f"noise_seed{seed}" for seed in MORE_NOISE_SEEDS] + list(OTHER_SEED_FAULTS)
 
 
 TENSOR_VARIANTS = ("golden", "noise", "noise_fault_silu")
@@ -96,7 +98,7 @@ def _mode(variant: str):
     fault_call = int(nth or 1)
     noisy = variant.startswith("noise")
     gemms = {aten.mm.default, aten.addmm.default, aten.bmm.default}
-    seed = int(variant[len("noise_seed"):]) if variant.startswith("noise_seed") else NOISE_SEED
+    seed = int(variant[len("noise_seed"):].split("_")[0]) if variant.startswith("noise_seed") else NOISE_SEED
     rng = np.random.default_rng(seed)
 
     class Planted(TorchDispatchMode):
