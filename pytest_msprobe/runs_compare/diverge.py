@@ -345,7 +345,7 @@ def _norm_moved(line: Any, rel_in: float) -> tuple | None:
     ``2 lambda (u / sqrt 3 + e) max|y| / Norm``. A kernel that scales elements moves the Norm by a mean, not a
     random walk: a 6% fault on half the elements moves it 3%, far beyond."""
     g, t = line.golden, line.target
-    if len(g.stats) < 4:
+    if len(g.stats) < 4 or len(t.stats) < 4:
         return None
     n_g, n_t = _num(g.stats[3]), _num(t.stats[3])
     u = _units(g.dtype)
