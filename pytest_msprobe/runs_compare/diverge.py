@@ -155,6 +155,18 @@ def _input_divergence(lines: list, mode: str) -> float:
     return worst
 
 
+def _input_spread(lines: list) -> float:
+    """The largest relative rms difference among a call's matched floating inputs as their norms suggest
+    (:func:`_norm_spread`)."""
+    worst = 0.0
+    for line in lines:
+        g = line.golden
+        if g is None or not _float_dtype(line.target.dtype):
+            continue
+        worst = max(worst, _norm_spread(line.target.stats, g.stats, _numel(g), _units(g.dtype)))
+    return worst
+
+
 def _inputs_differ(lines: list, mode: str) -> bool:
     """Whether any matched floating input differs at all: its tensors in tensor mode, else any printed statistic
     (the same tensor always prints the same statistics)."""
@@ -258,7 +270,8 @@ def _judge_call(key: str, lines: list, groups: dict, mode: str, floor: float = 0
     rel_in = max(_input_divergence(inputs, mode), _input_divergence(forward_inputs, mode))
     if math.isinf(rel_in):
         return None
-    if floor and _inputs_differ(inputs + forward_inputs, mode):
+    differ = _inputs_differ(inputs + forward_inputs, mode)
+    if floor and differ:
         rel_in = max(rel_in, floor)
     tensor_stats = [_stat_dict(line.golden) for line in forward_inputs
                     if line.golden is not None and (line.golden.item or {}).get("type") in fmt.TENSOR_TYPES]
@@ -292,7 +305,7 @@ def _judge_call(key: str, lines: list, groups: dict, mode: str, floor: float = 0
         if conserved is not None and conserved[0] > multiple:
             multiple, basis = conserved
         if source == "statistics" and expected.reduction_length <= 1:
-            norm_rule = _norm_moved(line, rel_in)
+            norm_rule = _norm_moved(line, max(_input_spread(inputs + forward_inputs), floor if differ else 0.0))
             if norm_rule is not None and norm_rule[0] > multiple:
                 multiple, basis = norm_rule
         if worst is None or multiple > worst["multiple"]:
@@ -338,12 +351,13 @@ def _norm_moved(line: Any, rel_in: float) -> tuple | None:
     its relative movement beyond the printed values' rounding against what unbiased element differences allow.
 
     Two runs' outputs differ element by element by each device's rounding to nearest (``|delta_i| <= u``, zero
-    mean, independent) and by what the inputs' difference brings (up to ``e |y_i|``, the model's element-wise
-    propagation, from roundings as well). The Norm's relative change is their weighted mean
-    ``sum y_i^2 delta_i / sum y_i^2``, of standard deviation at most ``(u / sqrt 3 + e) sqrt(sum y^4) / sum y^2
-    <= (u / sqrt 3 + e) max|y| / Norm``; at ``lambda(1)`` standard deviations and for two devices:
-    ``2 lambda (u / sqrt 3 + e) max|y| / Norm``. A kernel that scales elements moves the Norm by a mean, not a
-    random walk: a 6% fault on half the elements moves it 3%, far beyond."""
+    mean, independent) and by what the inputs' difference brings, relative differences of root mean square
+    ``rel_in`` (the inputs' norm-based spread, :func:`_input_spread`, at least the ``u`` floor where they differ),
+    zero mean and independent too. The Norm's relative change is their weighted mean ``sum y_i^2 delta_i / sum
+    y_i^2``, of standard deviation at most ``(u / sqrt 3 + rel_in) sqrt(sum y^4) / sum y^2 <= (u / sqrt 3 +
+    rel_in) max|y| / Norm``; at ``lambda(1)`` standard deviations and for two devices: ``2 lambda (u / sqrt 3 +
+    rel_in) max|y| / Norm``. A kernel that scales elements moves the Norm by a mean, not a random walk: a 6% fault
+    on half the elements moves it 3%, far beyond."""
     g, t = line.golden, line.target
     if len(g.stats) < 4 or len(t.stats) < 4:
         return None
