@@ -110,3 +110,12 @@ def test_printed_statistics_count_beyond_their_rounding_to_the_dtype():
     assert stats_observed(target, golden, 1) == (2.0 ** -13, 0.0)
     target[3] = 0.024169921875 + 7 * 2.0 ** -13
     assert stats_observed(target, golden, 1, u_bf16)[0] == 6 * 2.0 ** -13
+
+
+def test_the_json_says_which_rule_named_the_call(tmp_path):
+    node = _first("statistics", "noise_fault__softmax_backward_data", tmp_path / "mean")["rank_0"][0]
+    assert node["basis"].startswith("conserved: the Mean is 0") and node["confidence"].startswith("bound")
+    node = _first("statistics", "noise_seed1_fault_silu_backward", tmp_path / "norm")["rank_0"][0]
+    assert node["basis"].startswith("the Norm moved") and node["confidence"].startswith("estimate")
+    node = _first("statistics", "noise_fault_bmm-2", tmp_path / "max")["rank_0"][0]
+    assert node["basis"].startswith("analytic: gemm") and node["confidence"].startswith("lower bound")

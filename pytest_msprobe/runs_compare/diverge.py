@@ -301,32 +301,32 @@ def _judge_call(key: str, lines: list, groups: dict, mode: str, floor: float = 0
             continue
         multiple = ee.multiple(observed, expected)
         conserved = _conserved_mean(api, line, grad_stat, numel, backward, position) if backward else None
-        basis = expected.basis
+        basis, confidence = expected.basis, (
+            "exact: the difference measured on the tensors" if source == "tensors" else
+            "lower bound: the statistics' differences bound the tensors' from below, so a call named from them "
+            "diverges at least this much; a smaller divergence can pass unseen")
         if conserved is not None and conserved[0] > multiple:
-            multiple, basis = conserved
+            multiple, basis, confidence = conserved
         if source == "statistics" and expected.reduction_length <= 1:
             norm_rule = _norm_moved(line, max(_input_spread(inputs + forward_inputs), floor if differ else 0.0))
             if norm_rule is not None and norm_rule[0] > multiple:
-                multiple, basis = norm_rule
+                multiple, basis, confidence = norm_rule
         if worst is None or multiple > worst["multiple"]:
             worst = {"diverged": multiple > ee.WITHIN, "multiple": multiple, "output": line.target.name,
                      "observed_max_abs": observed.max_abs, "observed_mean_abs": observed.mean_abs,
                      "expected_max_abs": expected.max_abs, "expected_mean_abs": expected.mean_abs,
                      "input_relative_divergence": rel_in, "basis": basis, "family": expected.family,
                      "reduction_length": expected.reduction_length, "source": source,
-                     "confidence": ("exact: the difference measured on the tensors" if source == "tensors" else
-                                    "lower bound: the statistics' differences bound the tensors' from below, so "
-                                    "a call named from them diverges at least this much; a smaller divergence "
-                                    "can pass unseen")}
+                     "confidence": confidence}
     return worst
 
 
 def _conserved_mean(api: str, line: Any, grad_stat: dict | None, numel: int, backward: bool,
                     position: int) -> tuple | None:
-    """(multiple, basis) of an output whose Mean the API fixes whatever its inputs (a softmax's input gradient
-    sums to zero: :func:`pytest_msprobe.precision.expected_error_stats.conserved_mean`): the two printed Means'
-    difference beyond their rounding against twice what one correct run may miss that value by. None when the
-    API fixes no Mean of this output."""
+    """(multiple, basis, confidence) of an output whose Mean the API fixes whatever its inputs (a softmax's input
+    gradient sums to zero: :func:`pytest_msprobe.precision.expected_error_stats.conserved_mean`): the two printed
+    Means' difference beyond their rounding against twice what one correct run may miss that value by. None when
+    the API fixes no Mean of this output."""
     from ..precision.expected_error_stats import conserved_mean
 
     g = line.golden
@@ -343,11 +343,13 @@ def _conserved_mean(api: str, line: Any, grad_stat: dict | None, numel: int, bac
     allowed = 2.0 * fixed[1]
     multiple = gap / allowed if allowed > 0 else math.inf
     return multiple, (f"conserved: the Mean is {fixed[0]:g} by construction whatever the inputs; |dMean| "
-                      f"{gap:.3g} against two devices' {allowed:.3g}")
+                      f"{gap:.3g} against two devices' {allowed:.3g}"), (
+        "bound: the API fixes this Mean whatever its inputs; a correct kernel misses it only by its own and the "
+        "dump's rounding")
 
 
 def _norm_moved(line: Any, rel_in: float) -> tuple | None:
-    """(multiple, basis) of an element-wise output's Norm (one input element per output element, ``n = 1``):
+    """(multiple, basis, confidence) of an element-wise output's Norm (one input element per output element, ``n = 1``):
     its relative movement beyond the printed values' rounding against what unbiased element differences allow.
 
     Two runs' outputs differ element by element by each device's rounding to nearest (``|delta_i| <= u``, zero
@@ -372,7 +374,9 @@ def _norm_moved(line: Any, rel_in: float) -> tuple | None:
     peak = _scale(g.stats)
     allowed = 2.0 * lam * (u / math.sqrt(3.0) + rel_in) * peak / n_g
     return moved / allowed, (f"the Norm moved {moved:.3g} relative, against {allowed:.3g} for unbiased element "
-                             f"differences (inputs off by {rel_in:.3g}, two devices)")
+                             f"differences (the inputs' rms spread {rel_in:.3g}, two devices)"), (
+        "estimate: the Norm's movement against unbiased, independent element differences (rounding to nearest); "
+        "a kernel that scales elements moves it by a mean")
 
 
 def _surely_within(ee: Any, observed: Any, golden: Any) -> bool:
