@@ -1,0 +1,248 @@
+"""Write the MindSpore compare fixtures: this project's dumps of one small network built in MindSpore and in
+PyTorch with the same weights, and what msprobe 26.2's own ``compare`` wrote for each pair.
+
+Two steps, each run by hand, not by CI:
+
+    # the dumps, with this project's dumpers (MindSpore 2.10 PyNative on CPU, and torch)
+    PYTHONPATH=$PWD python tests/data/msprobe_26_2_compare/make_ms_fixtures.py dump
+    # msprobe's compare of each pair (mindstudio-probe 26.2.0 with mindspore 2.10 in its own venv)
+    /work/msp/bin/python tests/data/msprobe_26_2_compare/make_ms_fixtures.py compare
+
+The network: two linear blocks (8 -> 16 -> 4) with relu between and ``2 * tanh`` after, loss the mean squared
+error, weights from numpy seed 0, a batch of 4 from seed 1, one step (forward, backward, SGD). In MindSpore the
+blocks call ``ops.dense`` (``Functional.dense``), the activations ``mint.nn.functional.relu``
+(``MintFunctional.relu``) and ``mint.tanh`` (``Mint.tanh``), the loss ``mint.square`` and ``mint.mean``; in
+PyTorch ``F.linear``, ``F.relu``, ``torch.tanh``, ``torch.square``, ``torch.mean``: the names msprobe's api mapping
+pairs. The blocks are cells/modules of classes ``DenseBlock`` (MindSpore) and ``LinearBlock`` (PyTorch), for the
+cell mapping. Level mix, statistics and tensor tasks. Variants: ``golden``; ``fault``, the second block's weight
+row 0 times 1.5; ``inf``, one element of the batch +inf, so that inf and NaN run through the step (MindSpore
+only).
+
+Pairs compared by msprobe (``ms/<task>/<variant>`` is MindSpore, ``pt/<task>/golden`` PyTorch), each CSV to
+``mindspore/msprobe_out/<pair>/compare_result.csv.gz``:
+
+- ``<task>_fault``, ``<task>_inf``: MindSpore variant against MindSpore golden, no mapping;
+- ``<task>_none``: MindSpore golden against PyTorch golden, no mapping (only the names both share pair);
+- ``<task>_am``: MindSpore golden against PyTorch golden with ``-am`` (msprobe's own name table);
+- ``<task>_am_file``: the same with ``-am api_mapping.yaml`` (a user table, written beside);
+- ``<task>_cm``: the same with ``-cm cell_mapping.yaml``;
+- ``<task>_dm``: the same with ``-dm data_mapping.yaml``.
+
+stack.json is dropped (it holds the machine's paths).
+"""
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DUMPS = os.path.join(HERE, "mindspore")
+OUT = os.path.join(DUMPS, "msprobe_out")
+TASKS = ("statistics", "tensor")
+IN, HIDDEN, OUTS, BATCH = 8, 16, 4, 4
+
+CELL_MAPPING = {"DenseBlock": "LinearBlock"}
+API_MAPPING = [{"ms_api": "Functional.dense", "pt_api": "Functional.linear", "ms_args": [0, 1, 2],
+                "pt_args": [0, 1, 2], "ms_output": [0], "pt_output": [0]}]
+
+
+def weights() -> dict:
+    import numpy as np
+    rs = np.random.RandomState(0)
+    return {"w1": (rs.randn(HIDDEN, IN) * 0.3).astype(np.float32), "b1": (rs.randn(HIDDEN) * 0.1).astype(np.float32),
+            "w2": (rs.randn(OUTS, HIDDEN) * 0.3).astype(np.float32), "b2": (rs.randn(OUTS) * 0.1).astype(np.float32)}
+
+
+def batch() -> tuple:
+    import numpy as np
+    rs = np.random.RandomState(1)
+    return rs.randn(BATCH, IN).astype(np.float32), rs.randn(BATCH, OUTS).astype(np.float32)
+
+
+def _config(tmp: str, task: str) -> str:
+    path = os.path.join(tmp, "config.json")
+    with open(path, "w") as fh:
+        json.dump({"task": task, "level": "mix", "dump_path": os.path.join(tmp, "dump"), "rank": [], "step": [],
+                   task: {"scope": [], "list": [], "data_mode": ["all"]}}, fh)
+    return path
+
+
+def _keep(tmp: str, dest: str) -> None:
+    found = glob.glob(os.path.join(tmp, "dump", "step0", "*", "dump.json"))
+    if len(found) != 1:
+        raise SystemExit(f"expected one dump.json under step0, found {found}")
+    target = os.path.join(dest, "step0", "rank")
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(os.path.dirname(found[0]), target)
+    stack = os.path.join(target, "stack.json")
+    if os.path.exists(stack):
+        os.remove(stack)
+
+
+def dump_mindspore(task: str, variant: str, root: str = DUMPS) -> float:
+    import mindspore as ms
+    import numpy as np
+    from mindspore import mint, nn, ops
+
+    from pytest_msprobe.mindspore import PrecisionDebugger
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    w = weights()
+    if variant == "fault":
+        w["w2"][0] *= np.float32(1.5)
+
+    class DenseBlock(nn.Cell):
+        def __init__(self, weight, bias):
+            super().__init__()
+            self.weight = ms.Parameter(ms.Tensor(weight), name="weight")
+            self.bias = ms.Parameter(ms.Tensor(bias), name="bias")
+
+        def construct(self, x):
+            return ops.dense(x, self.weight, self.bias)
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = DenseBlock(w["w1"], w["b1"])
+            self.fc2 = DenseBlock(w["w2"], w["b2"])
+
+        def construct(self, x):
+            h = mint.nn.functional.relu(self.fc1(x))
+            return mint.tanh(self.fc2(h)) * 2.0
+
+    net = Net()
+    x, y = batch()
+    if variant == "inf":
+        x[1, 2] = np.inf
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
+
+    def loss_fn(x, y):
+        return mint.mean(mint.square(net(x) - y))
+
+    grad_fn = ms.value_and_grad(loss_fn, None, opt.parameters)
+    with tempfile.TemporaryDirectory() as tmp:
+        debugger = PrecisionDebugger(_config(tmp, task))
+        debugger.start(net)
+        loss, grads = grad_fn(ms.Tensor(x), ms.Tensor(y))
+        debugger.stop()
+        opt(grads)
+        debugger.step()
+        debugger.close()
+        _keep(tmp, os.path.join(root, "ms", task, variant))
+    return float(loss.asnumpy())
+
+
+def dump_torch(task: str, root: str = DUMPS) -> float:
+    import torch
+    import torch.nn.functional as F
+
+    from pytest_msprobe import PrecisionDebugger
+
+    w = weights()
+
+    class LinearBlock(torch.nn.Module):
+        def __init__(self, weight, bias):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.from_numpy(weight))
+            self.bias = torch.nn.Parameter(torch.from_numpy(bias))
+
+        def forward(self, x):
+            return F.linear(x, self.weight, self.bias)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = LinearBlock(w["w1"], w["b1"])
+            self.fc2 = LinearBlock(w["w2"], w["b2"])
+
+        def forward(self, x):
+            return torch.tanh(self.fc2(F.relu(self.fc1(x)))) * 2.0
+
+    net = Net()
+    x, y = (torch.from_numpy(a) for a in batch())
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with tempfile.TemporaryDirectory() as tmp:
+        debugger = PrecisionDebugger(config_path=_config(tmp, task))
+        debugger.start(net)
+        loss = torch.mean(torch.square(net(x) - y))
+        loss.backward()
+        debugger.stop()
+        opt.step()
+        debugger.step()
+        debugger.close()                # the tensor files are written by a writer thread: waited for
+        _keep(tmp, os.path.join(root, "pt", task, "golden"))
+    return float(loss.item())
+
+
+def dump_all() -> None:
+    for task in TASKS:          # one process per dump: the PyTorch debugger is one per process
+        for what in ("golden", "fault", "inf", "torch"):
+            subprocess.run([sys.executable, os.path.abspath(__file__), "dump", task, what], check=True)
+    with open(os.path.join(DUMPS, "cell_mapping.yaml"), "w") as fh:
+        fh.write("".join(f"{k}: {v}\n" for k, v in CELL_MAPPING.items()))
+    with open(os.path.join(DUMPS, "api_mapping.yaml"), "w") as fh:
+        for entry in API_MAPPING:
+            fh.write(f"- ms_api: {entry['ms_api']}\n  pt_api: {entry['pt_api']}\n")
+            for key in ("ms_args", "pt_args", "ms_output", "pt_output"):
+                fh.write(f"  {key}: {json.dumps(entry[key])}\n")
+    # a data mapping: the MindSpore golden's first block's rows to the PyTorch ones, by name
+    with open(os.path.join(DUMPS, "ms", "statistics", "golden", "step0", "rank", "dump.json")) as fh:
+        names = [k for k in json.load(fh)["data"] if k.startswith("Functional.dense.0.forward")]
+    with open(os.path.join(DUMPS, "data_mapping.yaml"), "w") as fh:
+        for key in names:
+            pt_key = key.replace("Functional.dense", "Functional.linear")
+            for part in ("input.0", "input.1", "input.2", "output.0"):
+                fh.write(f"{key}.{part}: {pt_key}.{part}\n")
+
+
+def msprobe(args: list, out: str) -> None:
+    """msprobe's compare with ``args``; its one CSV gzipped to ``out``."""
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    exe = os.path.join(os.path.dirname(sys.executable), "msprobe")
+    with tempfile.TemporaryDirectory() as tmp:
+        run = subprocess.run([exe, "compare", *args, "-o", tmp], capture_output=True, text=True)
+        csvs = glob.glob(os.path.join(tmp, "compare_result_*.csv"))
+        if run.returncode != 0 or len(csvs) != 1:
+            raise SystemExit(f"msprobe compare {args}: rc {run.returncode}, {csvs}\n{run.stdout[-3000:]}"
+                             f"{run.stderr[-3000:]}")
+        with open(csvs[0], "rb") as src, gzip.GzipFile(os.path.join(out, "compare_result.csv.gz"), "wb",
+                                                       mtime=0) as dst:
+            shutil.copyfileobj(src, dst)
+
+
+def compare_all() -> None:
+    for task in TASKS:
+        ms_golden = os.path.join(DUMPS, "ms", task, "golden", "step0")
+        pt_golden = os.path.join(DUMPS, "pt", task, "golden", "step0")
+        for variant in ("fault", "inf"):
+            msprobe(["-tp", os.path.join(DUMPS, "ms", task, variant, "step0"), "-gp", ms_golden],
+                    os.path.join(OUT, f"{task}_{variant}"))
+        msprobe(["-tp", ms_golden, "-gp", pt_golden], os.path.join(OUT, f"{task}_none"))
+        msprobe(["-tp", ms_golden, "-gp", pt_golden, "-am"], os.path.join(OUT, f"{task}_am"))
+        msprobe(["-tp", ms_golden, "-gp", pt_golden, "-am", os.path.join(DUMPS, "api_mapping.yaml")],
+                os.path.join(OUT, f"{task}_am_file"))
+        msprobe(["-tp", ms_golden, "-gp", pt_golden, "-cm", os.path.join(DUMPS, "cell_mapping.yaml")],
+                os.path.join(OUT, f"{task}_cm"))
+        msprobe(["-tp", ms_golden, "-gp", pt_golden, "-dm", os.path.join(DUMPS, "data_mapping.yaml")],
+                os.path.join(OUT, f"{task}_dm"))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["dump"]:
+        dump_all()
+    elif len(sys.argv) in (4, 5) and sys.argv[1] in ("dump", "dump-to"):     # dump-to ROOT TASK WHAT: elsewhere
+        root = sys.argv.pop(2) if sys.argv[1] == "dump-to" else DUMPS
+        task, what = sys.argv[2], sys.argv[3]
+        loss = dump_torch(task, root) if what == "torch" else dump_mindspore(task, what, root)
+        print(task, what, "loss", loss, flush=True)
+    elif sys.argv[1:] == ["compare"]:
+        compare_all()
+    else:
+        raise SystemExit("usage: make_ms_fixtures.py dump|compare|dump-to ROOT TASK golden|fault|inf|torch")
