@@ -4,7 +4,9 @@ MindSpore target against a PyTorch golden through msprobe's name mappings (``-am
 weights; msprobe's CSVs were written by its own compare (tests/data/msprobe_26_2_compare/make_ms_fixtures.py)."""
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import subprocess
 import sys
 
@@ -197,3 +199,21 @@ def test_cli_flags(tmp_path, capsys):
                      str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "-dm" in err[0] and str(bad) in err[0]
+
+
+def test_pytest_form_with_api_mapping(pytester):
+    """``pytest --msprobe-compare MS --msprobe-golden PT --msprobe-compare-api-mapping=FILE``: the CSV is msprobe's."""
+    pytester.makeini("[pytest]\n")
+    for side in ("ms", "pt"):
+        shutil.copytree(os.path.join(DUMPS, side, "statistics", "golden"), str(pytester.path / side))
+    table = os.path.join(DUMPS, "api_mapping.yaml")
+    result = pytester.runpytest_subprocess("--msprobe-compare", str(pytester.path / "ms" / "step0"),
+                                           "--msprobe-golden", str(pytester.path / "pt" / "step0"),
+                                           f"--msprobe-compare-api-mapping={table}", "--msprobe-compare-out",
+                                           str(pytester.path / "out"), "-p", "no:randomly", "-q", "-rfs")
+    assert result.ret == 1                      # msprobe calls Float32 against torch.float32 a dtype error
+    out = result.stdout.str()
+    assert "FAILED ms/step0/rank/dump.json::Functional.dense.0" in out
+    assert "FAILED ms/step0/rank/dump.json::Tensor.__mul__.0" in out
+    (ours,) = glob.glob(str(pytester.path / "out" / "compare_result_rank_*.csv"))
+    assert_same_table(_read(ours), _read(os.path.join(MSPROBE_OUT, "statistics_am_file", "compare_result.csv.gz")))
