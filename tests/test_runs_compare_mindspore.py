@@ -217,3 +217,15 @@ def test_pytest_form_with_api_mapping(pytester):
     assert "FAILED ms/step0/rank/dump.json::Tensor.__mul__.0" in out
     (ours,) = glob.glob(str(pytester.path / "out" / "compare_result_rank_*.csv"))
     assert_same_table(_read(ours), _read(os.path.join(MSPROBE_OUT, "statistics_am_file", "compare_result.csv.gz")))
+
+
+def test_msprobe_own_mindspore_npu_dump_row_for_row(tmp_path):
+    """A MindSpore dump made by msprobe's own dumper on an Ascend NPU (msprobe's test data) against a copy with
+    every seventh entry's first output Max times 1.5, dump.json files (make_fixtures.py repo npu_megatron_mindspore)."""
+    golden = os.path.join(FIXTURES, "..", "msprobe_repo_fixtures", "npu_megatron_mindspore", "dump.json")
+    target = os.path.join(FIXTURES, "repo", "npu_megatron_mindspore", "target", "dump.json")
+    results = _compare(target, golden, str(tmp_path))
+    theirs = _read(os.path.join(FIXTURES, "msprobe_out", "repo", "npu_megatron_mindspore", "compare_result.csv.gz"))
+    col = theirs[0].index("MaxRelativeErr")
+    assert len(theirs) > 20 and any(row[col] == "50.0%" for row in theirs[1:])
+    assert_same_table(_read(results[0].path), theirs)
