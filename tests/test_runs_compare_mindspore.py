@@ -48,7 +48,7 @@ def _compare(target: str, golden: str, out: str, **options) -> list:
     return compare_runs(target, golden, out, report=lambda line: None, names=mapping.load(**options))
 
 
-@pytest.mark.parametrize("task", ["statistics", "tensor"])
+@pytest.mark.parametrize("task", ["statistics", "tensor", "md5"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_row_for_row_with_msprobe(tmp_path, task, case):
     target, golden, options = CASES[case]

@@ -14,7 +14,7 @@ blocks call ``ops.dense`` (``Functional.dense``), the activations ``mint.nn.func
 (``MintFunctional.relu``) and ``mint.tanh`` (``Mint.tanh``), the loss ``mint.square`` and ``mint.mean``; in
 PyTorch ``F.linear``, ``F.relu``, ``torch.tanh``, ``torch.square``, ``torch.mean``: the names msprobe's api mapping
 pairs. The blocks are cells/modules of classes ``DenseBlock`` (MindSpore) and ``LinearBlock`` (PyTorch), for the
-cell mapping. Level mix, statistics and tensor tasks. Variants: ``golden``; ``fault``, the second block's weight
+cell mapping. Level mix, statistics, tensor and md5 (statistics with ``summary_mode: md5``) tasks. Variants: ``golden``; ``fault``, the second block's weight
 row 0 times 1.5; ``inf``, one element of the batch +inf, so that inf and NaN run through the step (MindSpore
 only).
 
@@ -44,7 +44,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 DUMPS = os.path.join(HERE, "mindspore")
 OUT = os.path.join(DUMPS, "msprobe_out")
-TASKS = ("statistics", "tensor")
+TASKS = ("statistics", "tensor", "md5")
 IN, HIDDEN, OUTS, BATCH = 8, 16, 4, 4
 
 CELL_MAPPING = {"DenseBlock": "LinearBlock"}
@@ -67,9 +67,12 @@ def batch() -> tuple:
 
 def _config(tmp: str, task: str) -> str:
     path = os.path.join(tmp, "config.json")
+    section = {"scope": [], "list": [], "data_mode": ["all"]}
+    if task == "md5":                     # a statistics dump with CRC32 values
+        task, section["summary_mode"] = "statistics", "md5"
     with open(path, "w") as fh:
         json.dump({"task": task, "level": "mix", "dump_path": os.path.join(tmp, "dump"), "rank": [], "step": [],
-                   task: {"scope": [], "list": [], "data_mode": ["all"]}}, fh)
+                   task: section}, fh)
     return path
 
 
