@@ -41,6 +41,8 @@ CASES = {   # name -> (target, golden, mapping options)
     "am_file": (_ms, _pt, {"api_mapping": os.path.join(DUMPS, "api_mapping.yaml")}),
     "cm": (_ms, _pt, {"cell_mapping": os.path.join(DUMPS, "cell_mapping.yaml")}),
     "dm": (_ms, _pt, {"data_mapping": os.path.join(DUMPS, "data_mapping.yaml")}),
+    "lm": (_ms, _pt, {"layer_mapping": True}),
+    "lm_file": (_ms, _pt, {"layer_mapping": os.path.join(DUMPS, "layer_mapping.yaml")}),
 }
 
 
@@ -79,8 +81,18 @@ def test_the_fixtures_exercise_each_mapping():
     assert cm["Mint.tanh.0.forward.input.0"] == "N/A"
     assert dm["Functional.dense.0.forward.input.1"] == "Functional.linear.0.forward.input.1"
     assert dm["Functional.dense.1.forward.input.1"] == "N/A"
+    lm, lm_file = _bench_names("statistics", "lm"), _bench_names("statistics", "lm_file")
+    assert lm["Cell.fc1.DenseBlock.forward.0.output.0"] == "Module.fc1.LinearBlock.forward.0.output.0"
+    assert lm["Mint.tanh.0.forward.input.0"] == "Torch.tanh.0.forward.input.0"         # same place in the tree
+    assert lm["Functional.dense.0.forward.input.0"] == "N/A"                            # dense is not linear
+    # the file: dense under a DenseBlock is linear; fc2.dense under the top is fc2.linear (two steps at once)
+    assert lm_file["Functional.dense.0.forward.input.0"] == "Functional.linear.0.forward.input.0"
+    assert lm_file["Functional.dense.1.forward.output.0"] == "Functional.linear.1.forward.output.0"
+    # a mapped name meets the golden's backward calls numbered by order: fc1's backward meets linear.1's
+    assert lm_file["Functional.dense.0.backward.output.1"] == "Functional.linear.1.backward.output.1"
+    head = _read(os.path.join(MSPROBE_OUT, "statistics_inf", "compare_result.csv.gz"))[0]
     results = {row[0]: row for row in _read(os.path.join(MSPROBE_OUT, "statistics_inf", "compare_result.csv.gz"))}
-    assert results["Mint.tanh.0.forward.output.0"][-2] != "pass"
+    assert results["Mint.tanh.0.forward.output.0"][head.index("Result")] != "pass"
 
 
 def test_cross_framework_statistics_agree(tmp_path):
@@ -156,6 +168,23 @@ def test_bad_mapping_files_are_refused_in_one_line(tmp_path, text, flag, expecte
     assert str(path) in str(info.value) and "\n" not in str(info.value)
 
 
+def test_layer_mapping_without_construct_json_skips_the_pair_in_one_line(tmp_path):
+    for side, src in (("t", _ms("statistics")), ("g", _pt("statistics"))):
+        shutil.copytree(src, str(tmp_path / side))
+    os.remove(tmp_path / "g" / "rank" / "construct.json")
+    lines: list = []
+    assert compare_runs(str(tmp_path / "t"), str(tmp_path / "g"), str(tmp_path / "out"), report=lines.append,
+                        names=mapping.load(layer_mapping=True)) == []
+    assert any("SKIP" in line and "construct.json" in line and "level mix or L0" in line for line in lines)
+
+
+def test_bad_layer_mapping_file(tmp_path):
+    path = tmp_path / "lm.yaml"
+    path.write_text("DenseBlock: [dense, linear]\n")
+    with pytest.raises(CompareInputError, match="-lm .*expected class names"):
+        mapping.load(layer_mapping=str(path))
+
+
 def test_missing_mapping_file_names_it(tmp_path):
     with pytest.raises(CompareInputError, match="cannot be read"):
         mapping.load(cell_mapping=str(tmp_path / "absent.yaml"))
@@ -189,8 +218,9 @@ def test_cli_flags(tmp_path, capsys):
     assert_same_table(_read(os.path.join(out, ours[0])),
                       _read(os.path.join(MSPROBE_OUT, "statistics_am", "compare_result.csv.gz")))
     capsys.readouterr()
-    assert cli_main(["compare", "-tp", _ms("statistics"), "-gp", _pt("statistics"), "-o", out, "-lm"]) == 2
-    assert "-lm (layer mapping) is not supported" in capsys.readouterr().err
+    assert cli_main(["compare", "-tp", _ms("statistics"), "-gp", _pt("statistics"), "-o", out, "-lm", "-dm",
+                     os.path.join(DUMPS, "data_mapping.yaml")]) == 2
+    assert "-lm makes its own row mapping; leave out -dm" in capsys.readouterr().err
     assert cli_main(["compare", "-tp", _ms("statistics"), "-gp", _pt("statistics"), "-o", out, "-am", "-fm"]) == 2
     assert "-fm cannot be combined" in capsys.readouterr().err
     bad = tmp_path / "bad.yaml"

@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-dm", "--data_mapping", default=None, metavar="FILE",
                         help="match rows by FILE (`target row name: golden row name` lines); dtypes not checked")
     parser.add_argument("-lm", "--layer_mapping", nargs="?", const=True, default=None, metavar="FILE",
-                        help="not supported (msprobe's layer mapping); map the rows with -dm instead")
+                        help="MindSpore target: pair calls by their place in the module tree (construct.json), "
+                             "names renamed per class by FILE (`DenseBlock: {dense: linear}`)")
     parser.add_argument("--xlsx", action="store_true", help="write .xlsx instead of .csv (needs openpyxl)")
     parser.add_argument("--html", action="store_true",
                         help="also write compare_view_{timestamp}.html in OUT: the divergence curve (relative error "
@@ -58,13 +59,15 @@ def _run(args: argparse.Namespace) -> int:
     from pytest_msprobe.runs_compare.inputs import CompareInputError
     from pytest_msprobe.runs_compare.runner import compare_runs
 
-    if args.layer_mapping:
-        print("pytest-msprobe compare: error: -lm (layer mapping) is not supported; map the rows with -dm FILE "
-              "(docs/compare.md)", file=sys.stderr)
-        return 2
-    if args.fuzzy_match and (args.api_mapping or args.cell_mapping or args.data_mapping):
-        print("pytest-msprobe compare: error: -fm cannot be combined with -am, -cm or -dm; leave one out",
+    chosen = [flag for flag, value in (("-am", args.api_mapping), ("-cm", args.cell_mapping),
+                                       ("-dm", args.data_mapping), ("-lm", args.layer_mapping)) if value]
+    if args.fuzzy_match and chosen:
+        print(f"pytest-msprobe compare: error: -fm cannot be combined with {chosen[0]}; leave one out",
               file=sys.stderr)
+        return 2
+    if args.layer_mapping and len(chosen) > 1:
+        other = next(flag for flag in chosen if flag != "-lm")
+        print(f"pytest-msprobe compare: error: -lm makes its own row mapping; leave out {other}", file=sys.stderr)
         return 2
     if args.xlsx and importlib.util.find_spec("openpyxl") is None:
         print("pytest-msprobe compare: error: --xlsx needs openpyxl, which is not installed; "
@@ -74,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
         print("pytest-msprobe compare: error: --html reads the compare CSVs; leave out --xlsx", file=sys.stderr)
         return 2
     try:
-        names = mapping.load(args.api_mapping, args.cell_mapping, args.data_mapping)
+        names = mapping.load(args.api_mapping, args.cell_mapping, args.data_mapping, args.layer_mapping)
         results = compare_runs(args.target_path, args.golden_path, args.output_path, fuzzy=args.fuzzy_match,
                                xlsx=args.xlsx, report=lambda line: print(line, file=sys.stderr), names=names)
     except CompareInputError as exc:

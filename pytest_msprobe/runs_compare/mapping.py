@@ -58,11 +58,13 @@ class Mapping:
     cell: bool = False
     cells: dict = field(default_factory=dict)         # target cell name (or part) -> golden
     data: dict = field(default_factory=dict)          # target row name -> golden row name
+    layer: bool = False
+    layers: dict = field(default_factory=dict)        # -lm rules (layer_mapping.rules_of)
     notes: list = field(default_factory=list)         # user-table entries skipped, said once
 
     @property
     def active(self) -> bool:
-        return self.api or self.cell or bool(self.data)
+        return self.api or self.cell or bool(self.data) or self.layer
 
 
 def _load_yaml(path: str, flag: str) -> Any:
@@ -124,7 +126,8 @@ def _api_table(raw: Any, path: str) -> tuple:
     return table, notes
 
 
-def load(api_mapping: Any = None, cell_mapping: Any = None, data_mapping: Any = None) -> Mapping:
+def load(api_mapping: Any = None, cell_mapping: Any = None, data_mapping: Any = None,
+         layer_mapping: Any = None) -> Mapping:
     """The mapping options as the command line gives them: ``True`` for a flag without a file, a path, or None.
 
     Raises:
@@ -143,6 +146,11 @@ def load(api_mapping: Any = None, cell_mapping: Any = None, data_mapping: Any = 
         out.data = _name_table(_load_yaml(data_mapping, "-dm"), data_mapping, "-dm")
         if not out.data:
             raise CompareInputError(f"-dm {data_mapping}: the file maps no names; fix the file")
+    if layer_mapping:
+        from .layer_mapping import rules_of
+        out.layer = True
+        if isinstance(layer_mapping, str):
+            out.layers = rules_of(_load_yaml(layer_mapping, "-lm"), layer_mapping)
     return out
 
 
@@ -227,33 +235,40 @@ def _dtype_kind(dtype: str, cross: bool) -> str:
     return CROSS_KIND.get(dtype, dtype) if cross else dtype
 
 
-def pairs(target: list, golden: list, mapping: Mapping, target_framework: str, golden_framework: str,
-          target_data: dict, notes: list | None = None) -> list:
+def pairs(target: list, golden: list, mapping: Mapping, t_side: Any, g_side: Any, notes: list) -> list:
     """(target row, golden row or None) for every target row under ``mapping`` (and the cross-framework dtype
-    pairing of a MindSpore target against a PyTorch golden); golden rows keep their exact-mode names."""
+    pairing of a MindSpore target against a PyTorch golden); golden rows keep their exact-mode names.
+    ``t_side``/``g_side``: the two :class:`.inputs.Side`."""
     from .match import dtypes_pair
 
-    ms_target = target_framework in MINDSPORE_FRAMEWORKS
-    cross = ms_target and golden_framework == PYTORCH
-    if mapping.api and not ms_target and notes is not None:
+    ms_target = t_side.framework in MINDSPORE_FRAMEWORKS
+    cross = ms_target and g_side.framework == PYTORCH
+    rows_map = mapping.data
+    if mapping.layer and not ms_target:
+        notes.append("-lm is msprobe's MindSpore layer mapping, but the target is a PyTorch dump; its names are "
+                     "matched without it")
+    elif mapping.layer:
+        from .layer_mapping import data_mapping
+        rows_map = data_mapping(t_side, g_side, mapping.layers)
+    if mapping.api and not ms_target:
         notes.append("-am maps MindSpore API names to PyTorch ones, but the target is a PyTorch dump; its names "
                      "are matched without it")
     if mapping.api and ms_target:
         for row in target:
             row.cmp = internal_api_name(row.name)
         if mapping.api_table:
-            _user_api_names(target, golden, mapping.api_table, target_data)
+            _user_api_names(target, golden, mapping.api_table, t_side.data)
     elif mapping.cell:
         for row in target:
             row.cmp = cell_name(row.name, mapping.cells)
-    elif mapping.data:
+    elif rows_map:
         for row in target:
-            row.cmp = mapping.data.get(row.name, row.name)
+            row.cmp = rows_map.get(row.name, row.name)
     by_name: dict = {}
     for row in golden:
         by_name.setdefault(row.cmp, []).append(row)
     out = []
-    check = not mapping.data
+    check = not rows_map
     for row in target:
         found = by_name.get(row.cmp)
         if not found:

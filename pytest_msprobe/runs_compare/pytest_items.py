@@ -39,6 +39,9 @@ def add_compare_options(parser: Any) -> None:
                      "(msprobe's -cm; give FILE with =)")
     g.addoption("--msprobe-compare-data-mapping", default=None, metavar="FILE",
                 help="--msprobe-compare matches rows by FILE's `target: golden` names (msprobe's -dm)")
+    g.addoption("--msprobe-compare-layer-mapping", nargs="?", const=True, default=None, metavar="FILE",
+                help="--msprobe-compare of a MindSpore target pairs calls by their place in the module tree, "
+                     "renamed per class by FILE (msprobe's -lm; give FILE with =)")
 
 
 def call_name(key: str) -> str:
@@ -69,7 +72,7 @@ class CompareRun:
         self.notes: list = []
         try:
             names = mapping.load(opt.msprobe_compare_api_mapping, opt.msprobe_compare_cell_mapping,
-                                 opt.msprobe_compare_data_mapping)
+                                 opt.msprobe_compare_data_mapping, opt.msprobe_compare_layer_mapping)
             if controller:
                 self.results = compare_runs(opt.msprobe_compare, opt.msprobe_golden, out, names=names,
                                             fuzzy=opt.msprobe_compare_fuzzy, report=self.notes.append)

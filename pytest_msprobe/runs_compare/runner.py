@@ -65,8 +65,7 @@ def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: boo
     t_rows, g_rows = dump_rows(target.data, notes), dump_rows(golden.data, notes)
     mapped = None
     if mapping.needed(names, target.framework, golden.framework):      # -am/-cm/-dm, or MindSpore vs PyTorch
-        mapped = mapping.pairs(t_rows, g_rows, names or mapping.Mapping(), target.framework, golden.framework,
-                               target.data, notes)
+        mapped = mapping.pairs(t_rows, g_rows, names or mapping.Mapping(), target, golden, notes)
     if mode == table.STATISTICS:
         return mode, _statistics_lines(target, t_rows, g_rows, notes, fuzzy, mapped), notes
     pairs = mapped if mapped is not None else match.fuzzy(t_rows, g_rows) if fuzzy else match.exact(t_rows, g_rows)

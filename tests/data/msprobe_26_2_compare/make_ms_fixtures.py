@@ -26,9 +26,12 @@ Pairs compared by msprobe (``ms/<task>/<variant>`` is MindSpore, ``pt/<task>/gol
 - ``<task>_am``: MindSpore golden against PyTorch golden with ``-am`` (msprobe's own name table);
 - ``<task>_am_file``: the same with ``-am api_mapping.yaml`` (a user table, written beside);
 - ``<task>_cm``: the same with ``-cm cell_mapping.yaml``;
-- ``<task>_dm``: the same with ``-dm data_mapping.yaml``.
+- ``<task>_dm``: the same with ``-dm data_mapping.yaml``;
+- ``<task>_lm``, ``<task>_lm_file``: the same with ``-lm`` and ``-lm layer_mapping.yaml``.
 
-stack.json is dropped (it holds the machine's paths).
+stack.json is kept for the golden dumps only (``-lm`` needs it beside construct.json), the machine's directories
+cut from its frames. msprobe 26.2's own MindSpore dumper does not run on a CPU (its norm statistic needs a
+kernel the CPU backend lacks), hence this project's dumpers.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,6 +52,7 @@ TASKS = ("statistics", "tensor", "md5")
 IN, HIDDEN, OUTS, BATCH = 8, 16, 4, 4
 
 CELL_MAPPING = {"DenseBlock": "LinearBlock"}
+LAYER_MAPPING = "DenseBlock:\n  dense: linear\nCell:\n  fc2.dense: fc2.linear(the second block)\n"
 API_MAPPING = [{"ms_api": "Functional.dense", "pt_api": "Functional.linear", "ms_args": [0, 1, 2],
                 "pt_args": [0, 1, 2], "ms_output": [0], "pt_output": [0]}]
 
@@ -84,8 +89,15 @@ def _keep(tmp: str, dest: str) -> None:
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(os.path.dirname(found[0]), target)
     stack = os.path.join(target, "stack.json")
-    if os.path.exists(stack):
+    if os.path.exists(stack) and not dest.endswith("golden"):
         os.remove(stack)
+    elif os.path.exists(stack):             # the machine's directories cut from the frames
+        with open(stack) as fh:
+            text = fh.read()
+        text = re.sub(r"File [^,\"]*?/(site-packages|dist-packages)/", r"File \1/", text)
+        text = text.replace(os.path.abspath(__file__), "make_ms_fixtures.py")
+        with open(stack, "w") as fh:
+            fh.write(text)
 
 
 def dump_mindspore(task: str, variant: str, root: str = DUMPS) -> float:
@@ -189,6 +201,8 @@ def dump_all() -> None:
             subprocess.run([sys.executable, os.path.abspath(__file__), "dump", task, what], check=True)
     with open(os.path.join(DUMPS, "cell_mapping.yaml"), "w") as fh:
         fh.write("".join(f"{k}: {v}\n" for k, v in CELL_MAPPING.items()))
+    with open(os.path.join(DUMPS, "layer_mapping.yaml"), "w") as fh:
+        fh.write(LAYER_MAPPING)
     with open(os.path.join(DUMPS, "api_mapping.yaml"), "w") as fh:
         for entry in API_MAPPING:
             fh.write(f"- ms_api: {entry['ms_api']}\n  pt_api: {entry['pt_api']}\n")
@@ -235,6 +249,9 @@ def compare_all() -> None:
                 os.path.join(OUT, f"{task}_cm"))
         msprobe(["-tp", ms_golden, "-gp", pt_golden, "-dm", os.path.join(DUMPS, "data_mapping.yaml")],
                 os.path.join(OUT, f"{task}_dm"))
+        msprobe(["-tp", ms_golden, "-gp", pt_golden, "-lm"], os.path.join(OUT, f"{task}_lm"))
+        msprobe(["-tp", ms_golden, "-gp", pt_golden, "-lm", os.path.join(DUMPS, "layer_mapping.yaml")],
+                os.path.join(OUT, f"{task}_lm_file"))
 
 
 if __name__ == "__main__":
