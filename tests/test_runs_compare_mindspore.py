@@ -259,3 +259,17 @@ def test_msprobe_own_mindspore_npu_dump_row_for_row(tmp_path):
     col = theirs[0].index("MaxRelativeErr")
     assert len(theirs) > 20 and any(row[col] == "50.0%" for row in theirs[1:])
     assert_same_table(_read(results[0].path), theirs)
+
+
+def test_user_table_positions_and_keywords_as_msprobe(tmp_path):
+    """A user -am table that swaps positions: a keyword input and a position the golden call lacks match nothing;
+    msprobe's CSV of the same hand-made pair, row for row."""
+    table = os.path.join(DUMPS, "user_table")
+    results = _compare(os.path.join(table, "target", "dump.json"), os.path.join(table, "golden", "dump.json"),
+                       str(tmp_path), api_mapping=os.path.join(table, "am.yaml"))
+    theirs = _read(os.path.join(MSPROBE_OUT, "user_table", "compare_result.csv.gz"))
+    assert_same_table(_read(results[0].path), theirs)
+    bench = {row[0]: row[1] for row in theirs[1:]}
+    assert bench["Functional.dense.0.forward.input.0"] == "Functional.linear.0.forward.input.1"
+    assert bench["Functional.dense.0.forward.input.bias"] == "N/A"
+    assert bench["Functional.dense.0.backward.output.1"] == "Functional.linear.0.backward.output.0"

@@ -27,7 +27,8 @@ Pairs compared by msprobe (``ms/<task>/<variant>`` is MindSpore, ``pt/<task>/gol
 - ``<task>_am_file``: the same with ``-am api_mapping.yaml`` (a user table, written beside);
 - ``<task>_cm``: the same with ``-cm cell_mapping.yaml``;
 - ``<task>_dm``: the same with ``-dm data_mapping.yaml``;
-- ``<task>_lm``, ``<task>_lm_file``: the same with ``-lm`` and ``-lm layer_mapping.yaml``.
+- ``<task>_lm``, ``<task>_lm_file``: the same with ``-lm`` and ``-lm layer_mapping.yaml``;
+- ``user_table``: a hand-made dump.json pair (keyword inputs, swapped positions) with ``-am user_table/am.yaml``.
 
 stack.json is kept for the golden dumps only (``-lm`` needs it beside construct.json), the machine's directories
 cut from its frames. msprobe 26.2's own MindSpore dumper does not run on a CPU (its norm statistic needs a
@@ -201,6 +202,7 @@ def dump_all() -> None:
             subprocess.run([sys.executable, os.path.abspath(__file__), "dump", task, what], check=True)
     with open(os.path.join(DUMPS, "cell_mapping.yaml"), "w") as fh:
         fh.write("".join(f"{k}: {v}\n" for k, v in CELL_MAPPING.items()))
+    write_user_table_pair()
     with open(os.path.join(DUMPS, "layer_mapping.yaml"), "w") as fh:
         fh.write(LAYER_MAPPING)
     with open(os.path.join(DUMPS, "api_mapping.yaml"), "w") as fh:
@@ -216,6 +218,29 @@ def dump_all() -> None:
             pt_key = key.replace("Functional.dense", "Functional.linear")
             for part in ("input.0", "input.1", "input.2", "output.0"):
                 fh.write(f"{key}.{part}: {pt_key}.{part}\n")
+
+
+def write_user_table_pair() -> None:
+    """A hand-made pair for the user's ``-am`` table: keyword inputs, swapped positions, positions the other API
+    lacks (``user_table/``: target and golden dump.json, am.yaml)."""
+    def tensor(dtype: str, peak: float) -> dict:
+        kind = "torch.Tensor" if dtype.startswith("torch.") else "mindspore.Tensor"
+        return {"type": kind, "dtype": dtype, "shape": [2, 2], "Max": peak, "Min": -peak, "Mean": 0.1, "Norm": 1.0}
+
+    for side, api, dtype, shift, framework in (("target", "Functional.dense", "Float32", 0.0, "mindspore"),
+                                               ("golden", "Functional.linear", "torch.float32", 0.5, "pytorch")):
+        data = {f"{api}.0.forward": {"input_args": [tensor(dtype, 1 + shift), tensor(dtype, 2 + shift)],
+                                     "input_kwargs": {"bias": tensor(dtype, 3 + shift)},
+                                     "output": [tensor(dtype, 4 + shift)]},
+                f"{api}.0.backward": {"input": [tensor(dtype, 5 + shift)],
+                                      "output": [tensor(dtype, 6 + shift), tensor(dtype, 7 + shift)]}}
+        os.makedirs(os.path.join(DUMPS, "user_table", side), exist_ok=True)
+        with open(os.path.join(DUMPS, "user_table", side, "dump.json"), "w") as fh:
+            json.dump({"task": "statistics", "level": "L1", "framework": framework, "dump_data_dir": None,
+                       "data": data}, fh, indent=1)
+    with open(os.path.join(DUMPS, "user_table", "am.yaml"), "w") as fh:
+        fh.write("- ms_api: Functional.dense\n  pt_api: Functional.linear\n  ms_args: [1, 0]\n  pt_args: [0, 1]\n"
+                 "  ms_output: [0, 1]\n  pt_output: [1, 0]\n")
 
 
 def msprobe(args: list, out: str) -> None:
@@ -235,6 +260,9 @@ def msprobe(args: list, out: str) -> None:
 
 
 def compare_all() -> None:
+    table = os.path.join(DUMPS, "user_table")
+    msprobe(["-tp", os.path.join(table, "target", "dump.json"), "-gp", os.path.join(table, "golden", "dump.json"),
+             "-am", os.path.join(table, "am.yaml")], os.path.join(OUT, "user_table"))
     for task in TASKS:
         ms_golden = os.path.join(DUMPS, "ms", task, "golden", "step0")
         pt_golden = os.path.join(DUMPS, "pt", task, "golden", "step0")
