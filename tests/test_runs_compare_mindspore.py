@@ -202,12 +202,16 @@ def test_user_entry_with_unequal_positions_is_skipped_and_said(tmp_path):
     assert by_name["Functional.dense.0.forward.input.0"].golden.name == "Functional.linear.0.forward.input.0"
 
 
-def test_api_mapping_on_a_pytorch_target_is_said_and_ignored(tmp_path):
+def test_api_and_layer_mapping_on_a_pytorch_target_are_said_and_ignored(tmp_path):
     lines: list = []
     results = compare_runs(_pt("statistics"), _pt("statistics"), str(tmp_path), report=lines.append,
                            names=mapping.load(api_mapping=True))
     assert any("target is a PyTorch dump" in line for line in lines)
     assert all(line.golden is not None for line in results[0].lines if line.target.dtype != "N/A")
+    lines.clear()
+    compare_runs(_pt("statistics"), _pt("statistics"), str(tmp_path / "lm"), report=lines.append,
+                 names=mapping.load(layer_mapping=True))
+    assert any("-lm is msprobe's MindSpore layer mapping" in line for line in lines)
 
 
 def test_cli_flags(tmp_path, capsys):
@@ -273,3 +277,16 @@ def test_user_table_positions_and_keywords_as_msprobe(tmp_path):
     assert bench["Functional.dense.0.forward.input.0"] == "Functional.linear.0.forward.input.1"
     assert bench["Functional.dense.0.forward.input.bias"] == "N/A"
     assert bench["Functional.dense.0.backward.output.1"] == "Functional.linear.0.backward.output.0"
+
+
+def test_layer_mapping_renumbers_pipeline_layers_as_msprobe(tmp_path):
+    """-lm on layers numbered from 2 (a pipeline stage's global numbers) against layers numbered from 0: they pair
+    by their place; msprobe's CSV of the same hand-made pair, row for row."""
+    layers = os.path.join(DUMPS, "layers")
+    results = _compare(os.path.join(layers, "target", "dump.json"), os.path.join(layers, "golden", "dump.json"),
+                       str(tmp_path), layer_mapping=True)
+    theirs = _read(os.path.join(MSPROBE_OUT, "layers", "compare_result.csv.gz"))
+    assert_same_table(_read(results[0].path), theirs)
+    bench = {row[0]: row[1] for row in theirs[1:]}
+    assert bench["Cell.decoder.layers.3.ParallelTransformerLayer.forward.0.output.0"] == \
+        "Module.decoder.layers.1.ParallelTransformerLayer.forward.0.output.0"

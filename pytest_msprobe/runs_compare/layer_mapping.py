@@ -98,6 +98,8 @@ def _item(key: str, construct: dict) -> _Item | None:
 
 
 def _next_index(scope: str, prefix: str) -> float:
+    if not scope.startswith(prefix + "."):          # the common case, without a regular expression
+        return math.inf
     found = re.search(rf"^{re.escape(prefix)}\.(\S+?)(?:\.|$)", scope)
     numbers = re.findall(r"\d+", found.group(1)) if found else []
     return int(numbers[-1]) if numbers else math.inf
@@ -183,17 +185,23 @@ def _suffixes(key: str, entry: Any) -> dict:
 
 def data_mapping(target, golden, rules: dict) -> dict:
     """Target row name -> golden row name (``N/A`` where the golden has none), from the two sides' dump.json and
-    construct.json.
+    construct.json. As msprobe, an empty construct.json or stack.json places nothing: on the target no mapping
+    at all, on the golden nothing to pair with.
 
     Raises:
-        CompareInputError: a side without construct.json (dumped at a level that does not write it).
+        CompareInputError: a side without construct.json or stack.json (msprobe's -lm needs both).
     """
     for side in (target, golden):
-        if not os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(side.dump_json)), "construct.json")):
-            raise CompareInputError(f"-lm places calls by construct.json, and {side.dump_json} has none beside it; "
-                                    "dump with level mix or L0")
+        rank_dir = os.path.dirname(os.path.abspath(side.dump_json))
+        missing = [name for name in ("construct.json", "stack.json") if not os.path.isfile(os.path.join(rank_dir,
+                                                                                                        name))]
+        if missing:
+            raise CompareInputError(f"-lm places calls by construct.json and stack.json, and {side.dump_json} has no "
+                                    f"{' or '.join(missing)} beside it; dump with level mix or L0")
+    if not target.stack or not target.construct:        # an empty file places nothing: no mapping
+        return {}
     items, t_root = _tree(target.data, target.construct)
-    _, g_root = _tree(golden.data, golden.construct)
+    _, g_root = _tree(golden.data, golden.construct) if golden.stack and golden.construct else (None, _Node(TOP))
     out: dict = {}
     for item in items:
         other = _find(g_root, *_golden_place(t_root, item, rules))

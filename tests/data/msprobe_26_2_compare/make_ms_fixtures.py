@@ -28,6 +28,7 @@ Pairs compared by msprobe (``ms/<task>/<variant>`` is MindSpore, ``pt/<task>/gol
 - ``<task>_cm``: the same with ``-cm cell_mapping.yaml``;
 - ``<task>_dm``: the same with ``-dm data_mapping.yaml``;
 - ``<task>_lm``, ``<task>_lm_file``: the same with ``-lm`` and ``-lm layer_mapping.yaml``;
+- ``layers``: a hand-made pair of pipeline-parallel layers numbered from 2 and from 0, with ``-lm``;
 - ``user_table``: a hand-made dump.json pair (keyword inputs, swapped positions) with ``-am user_table/am.yaml``.
 
 stack.json is kept for the golden dumps only (``-lm`` needs it beside construct.json), the machine's directories
@@ -203,6 +204,7 @@ def dump_all() -> None:
     with open(os.path.join(DUMPS, "cell_mapping.yaml"), "w") as fh:
         fh.write("".join(f"{k}: {v}\n" for k, v in CELL_MAPPING.items()))
     write_user_table_pair()
+    write_layers_pair()
     with open(os.path.join(DUMPS, "layer_mapping.yaml"), "w") as fh:
         fh.write(LAYER_MAPPING)
     with open(os.path.join(DUMPS, "api_mapping.yaml"), "w") as fh:
@@ -243,6 +245,35 @@ def write_user_table_pair() -> None:
                  "  ms_output: [0, 1]\n  pt_output: [1, 0]\n")
 
 
+def write_layers_pair() -> None:
+    """A hand-made pair for ``-lm`` over pipeline-parallel layers: the target's ``ParallelTransformer`` holds
+    ``layers.2`` and ``layers.3`` (global numbers), the golden's ``layers.0`` and ``layers.1`` (``layers/``)."""
+    def tensor(dtype: str, peak: float) -> dict:
+        kind = "torch.Tensor" if dtype.startswith("torch.") else "mindspore.Tensor"
+        return {"type": kind, "dtype": dtype, "shape": [2], "Max": peak, "Min": -peak, "Mean": 0.0, "Norm": peak}
+
+    for side, top, dtype, first, framework in (("target", "Cell", "Float32", 2, "mindspore"),
+                                               ("golden", "Module", "torch.float32", 0, "pytorch")):
+        data, construct = {}, {}
+        block = f"{top}.decoder.ParallelTransformer.forward.0"
+        data[block] = {"input_args": [tensor(dtype, 1.0)], "output": [tensor(dtype, 9.0)]}
+        construct[block] = None
+        for n in range(2):
+            layer = f"{top}.decoder.layers.{first + n}.ParallelTransformerLayer.forward.0"
+            api = f"Functional.gelu.{n}.forward"
+            data[api] = {"input_args": [tensor(dtype, 2.0 + n)], "output": [tensor(dtype, 3.0 + n)]}
+            data[layer] = {"input_args": [tensor(dtype, 2.0 + n)], "output": [tensor(dtype, 3.0 + n)]}
+            construct[api], construct[layer] = layer, block
+        out = os.path.join(DUMPS, "layers", side)
+        os.makedirs(out, exist_ok=True)
+        for name, doc in (("dump.json", {"task": "statistics", "level": "mix", "framework": framework,
+                                         "dump_data_dir": None, "data": data}),
+                          ("construct.json", construct), ("stack.json", {"0": [list(data), ["File model.py, line 1, "
+                                                                                             "in forward, x"]]})):
+            with open(os.path.join(out, name), "w") as fh:
+                json.dump(doc, fh, indent=1)
+
+
 def msprobe(args: list, out: str) -> None:
     """msprobe's compare with ``args``; its one CSV gzipped to ``out``."""
     shutil.rmtree(out, ignore_errors=True)
@@ -263,6 +294,9 @@ def compare_all() -> None:
     table = os.path.join(DUMPS, "user_table")
     msprobe(["-tp", os.path.join(table, "target", "dump.json"), "-gp", os.path.join(table, "golden", "dump.json"),
              "-am", os.path.join(table, "am.yaml")], os.path.join(OUT, "user_table"))
+    layers = os.path.join(DUMPS, "layers")
+    msprobe(["-tp", os.path.join(layers, "target", "dump.json"), "-gp", os.path.join(layers, "golden", "dump.json"),
+             "-lm"], os.path.join(OUT, "layers"))
     for task in TASKS:
         ms_golden = os.path.join(DUMPS, "ms", task, "golden", "step0")
         pt_golden = os.path.join(DUMPS, "pt", task, "golden", "step0")
