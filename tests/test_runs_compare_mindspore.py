@@ -190,9 +190,10 @@ def test_missing_mapping_file_names_it(tmp_path):
         mapping.load(cell_mapping=str(tmp_path / "absent.yaml"))
 
 
-def test_user_entry_with_unequal_positions_is_skipped_and_said(tmp_path):
+@pytest.mark.parametrize("lists", ["ms_args: [0, 1]\n  pt_args: [0]", "ms_output: [0, 1]\n  pt_output: [0]"])
+def test_user_entry_with_unequal_positions_is_skipped_and_said(tmp_path, lists):
     path = tmp_path / "am.yaml"
-    path.write_text("- ms_api: Functional.dense\n  pt_api: Functional.linear\n  ms_args: [0, 1]\n  pt_args: [0]\n")
+    path.write_text(f"- ms_api: Functional.dense\n  pt_api: Functional.linear\n  {lists}\n")
     lines: list = []
     names = mapping.load(api_mapping=str(path))
     results = compare_runs(_ms("statistics"), _pt("statistics"), str(tmp_path / "out"), report=lines.append,

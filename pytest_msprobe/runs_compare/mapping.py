@@ -115,13 +115,14 @@ def _api_table(raw: Any, path: str) -> tuple:
                 v is None or (isinstance(v, list) and all(isinstance(x, (int, str)) for x in v)) for v in lists):
             raise CompareInputError(f"-am {path}: entry {i} needs ms_api and pt_api names and lists of positions; "
                                     "fix the file")
-        if any(len(entry.get(a) or []) != len(entry.get(b) or []) for a, b in _LENGTH_KEYS):
-            notes.append(f"-am {path}: entry {i} ({ms_api}) lists a different number of MindSpore and PyTorch "
-                         "positions; it is not used")
-            continue
         positions = {"args": _positions(entry, "args", ""), "output": _positions(entry, "output", "outputs"),
                      "parameters": _positions(entry, "parameters", ""),
                      "parameters_grad": _positions(entry, "parameters_grad", "")}
+        if any(len(entry.get(a) or []) != len(entry.get(b) or []) for a, b in _LENGTH_KEYS) or any(
+                len(ms) != len(pt) for ms, pt in positions.values()):
+            notes.append(f"-am {path}: entry {i} ({ms_api}) lists a different number of MindSpore and PyTorch "
+                         "positions; it is not used")
+            continue
         table.append(UserApi(ms_api, pt_api, positions))
     return table, notes
 
