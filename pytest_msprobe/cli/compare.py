@@ -15,6 +15,7 @@ EPILOG = """examples:
   pytest-msprobe compare -tp npu_dump/step0 -gp gpu_dump/step0 -o compare_out
   pytest-msprobe compare -tp npu_dump/step0 -gp gpu_dump/step0 -o compare_out -da
   pytest-msprobe compare -tp npu/step0/rank0/dump.json -gp gpu/step0/rank0/dump.json -o out -fm
+  pytest-msprobe compare -tp mindspore_dump/step0 -gp torch_dump/step0 -o out -am
 
 exit status: 0 compared (whatever the results), 2 nothing could be compared."""
 
@@ -28,6 +29,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="match calls by name without their call index")
     parser.add_argument("-da", "--diff_analyze", action="store_true",
                         help="also name the first divergence: diff_analyze_{time}.json in OUT")
+    parser.add_argument("-am", "--api_mapping", nargs="?", const=True, default=None, metavar="FILE",
+                        help="MindSpore target against a PyTorch golden: match MindSpore API names to PyTorch's "
+                             "(msprobe's table; FILE adds a table of your own: ms_api, pt_api, ms_args, pt_args, "
+                             "ms_output, pt_output, ...)")
+    parser.add_argument("-cm", "--cell_mapping", nargs="?", const=True, default=None, metavar="FILE",
+                        help="match Cell.* with Module.* rows, cell paths renamed by FILE (`target: golden` lines)")
+    parser.add_argument("-dm", "--data_mapping", default=None, metavar="FILE",
+                        help="match rows by FILE (`target row name: golden row name` lines); dtypes not checked")
+    parser.add_argument("-lm", "--layer_mapping", nargs="?", const=True, default=None, metavar="FILE",
+                        help="MindSpore target: pair calls by their place in the module tree (construct.json), "
+                             "names renamed per class by FILE (`DenseBlock: {dense: linear}`)")
     parser.add_argument("--xlsx", action="store_true", help="write .xlsx instead of .csv (needs openpyxl)")
     parser.add_argument("--html", action="store_true",
                         help="also write compare_view_{timestamp}.html in OUT: the divergence curve (relative error "
@@ -43,9 +55,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from pytest_msprobe.runs_compare import mapping
     from pytest_msprobe.runs_compare.inputs import CompareInputError
     from pytest_msprobe.runs_compare.runner import compare_runs
 
+    chosen = [flag for flag, value in (("-am", args.api_mapping), ("-cm", args.cell_mapping),
+                                       ("-dm", args.data_mapping), ("-lm", args.layer_mapping)) if value]
+    if args.fuzzy_match and chosen:
+        print(f"pytest-msprobe compare: error: -fm cannot be combined with {chosen[0]}; leave one out",
+              file=sys.stderr)
+        return 2
+    if args.layer_mapping and len(chosen) > 1:
+        other = next(flag for flag in chosen if flag != "-lm")
+        print(f"pytest-msprobe compare: error: -lm makes its own row mapping; leave out {other}", file=sys.stderr)
+        return 2
     if args.xlsx and importlib.util.find_spec("openpyxl") is None:
         print("pytest-msprobe compare: error: --xlsx needs openpyxl, which is not installed; "
               "install it (pip install openpyxl) or leave out --xlsx for CSV", file=sys.stderr)
@@ -54,8 +77,9 @@ def _run(args: argparse.Namespace) -> int:
         print("pytest-msprobe compare: error: --html reads the compare CSVs; leave out --xlsx", file=sys.stderr)
         return 2
     try:
+        names = mapping.load(args.api_mapping, args.cell_mapping, args.data_mapping, args.layer_mapping)
         results = compare_runs(args.target_path, args.golden_path, args.output_path, fuzzy=args.fuzzy_match,
-                               xlsx=args.xlsx, report=lambda line: print(line, file=sys.stderr))
+                               xlsx=args.xlsx, report=lambda line: print(line, file=sys.stderr), names=names)
     except CompareInputError as exc:
         print(f"pytest-msprobe compare: error: {exc}", file=sys.stderr)
         return 2

@@ -31,6 +31,17 @@ def add_compare_options(parser: Any) -> None:
                 help="where --msprobe-compare writes compare_result_*.csv and diff_analyze_*.json (default ./)")
     g.addoption("--msprobe-compare-fuzzy", action="store_true", default=False,
                 help="--msprobe-compare matches calls without their call index (msprobe's -fm)")
+    g.addoption("--msprobe-compare-api-mapping", nargs="?", const=True, default=None, metavar="FILE",
+                help="--msprobe-compare of a MindSpore target against a PyTorch golden: API names matched "
+                     "through msprobe's table, and FILE's (msprobe's -am; give FILE with =)")
+    g.addoption("--msprobe-compare-cell-mapping", nargs="?", const=True, default=None, metavar="FILE",
+                help="--msprobe-compare matches Cell.* rows with Module.* rows, cell paths renamed by FILE "
+                     "(msprobe's -cm; give FILE with =)")
+    g.addoption("--msprobe-compare-data-mapping", default=None, metavar="FILE",
+                help="--msprobe-compare matches rows by FILE's `target: golden` names (msprobe's -dm)")
+    g.addoption("--msprobe-compare-layer-mapping", nargs="?", const=True, default=None, metavar="FILE",
+                help="--msprobe-compare of a MindSpore target pairs calls by their place in the module tree, "
+                     "renamed per class by FILE (msprobe's -lm; give FILE with =)")
 
 
 def call_name(key: str) -> str:
@@ -48,6 +59,7 @@ class CompareRun:
     """The compared pairs of this process and the first divergence (the controller also writes the files)."""
 
     def __init__(self, config: Any) -> None:
+        from . import mapping
         from .diverge import analyze, analyze_and_write, summary_line
         from .inputs import CompareInputError
         from .runner import compare_runs
@@ -59,13 +71,15 @@ class CompareRun:
         out = opt.msprobe_compare_out or os.getcwd()
         self.notes: list = []
         try:
+            names = mapping.load(opt.msprobe_compare_api_mapping, opt.msprobe_compare_cell_mapping,
+                                 opt.msprobe_compare_data_mapping, opt.msprobe_compare_layer_mapping)
             if controller:
-                self.results = compare_runs(opt.msprobe_compare, opt.msprobe_golden, out,
+                self.results = compare_runs(opt.msprobe_compare, opt.msprobe_golden, out, names=names,
                                             fuzzy=opt.msprobe_compare_fuzzy, report=self.notes.append)
             else:       # a worker: the same comparison, nothing written
                 import tempfile
                 with tempfile.TemporaryDirectory() as tmp:
-                    self.results = compare_runs(opt.msprobe_compare, opt.msprobe_golden, tmp,
+                    self.results = compare_runs(opt.msprobe_compare, opt.msprobe_golden, tmp, names=names,
                                                 fuzzy=opt.msprobe_compare_fuzzy, report=self.notes.append)
         except CompareInputError as exc:
             raise pytest.UsageError(f"--msprobe-compare: {exc}") from None

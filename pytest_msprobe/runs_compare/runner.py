@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 from dumpers import atomic
 
-from . import columnar, match, table
+from . import columnar, mapping, match, table
 from .cells import cell_text, guard
 from .columnar import StatLines
 from .inputs import CompareInputError, Pair, Side, pairs_of, read_side
@@ -50,7 +50,8 @@ def _tensor_loader(side: Side) -> Callable:
     return load
 
 
-def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: bool = True) -> tuple:
+def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: bool = True,
+                names: mapping.Mapping | None = None) -> tuple:
     """(mode, lines, notes) of one pair: rows listed, paired, their metric cells and the checkers' verdicts.
 
     Raises:
@@ -62,9 +63,12 @@ def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: boo
     mode = target.mode
     notes = list(target.problems) + list(golden.problems)
     t_rows, g_rows = dump_rows(target.data, notes), dump_rows(golden.data, notes)
+    mapped = None
+    if mapping.needed(names, target.framework, golden.framework):      # -am/-cm/-dm, or MindSpore vs PyTorch
+        mapped = mapping.pairs(t_rows, g_rows, names or mapping.Mapping(), target, golden, notes)
     if mode == table.STATISTICS:
-        return mode, _statistics_lines(target, t_rows, g_rows, notes, fuzzy), notes
-    pairs = match.fuzzy(t_rows, g_rows) if fuzzy else match.exact(t_rows, g_rows)
+        return mode, _statistics_lines(target, t_rows, g_rows, notes, fuzzy, mapped), notes
+    pairs = mapped if mapped is not None else match.fuzzy(t_rows, g_rows) if fuzzy else match.exact(t_rows, g_rows)
     unmatched = sum(1 for _, g in pairs if g is None)
     if unmatched:
         notes.append(f"{unmatched} of {len(pairs)} rows of {target.dump_json} have no golden row (Bench Name N/A)")
@@ -92,9 +96,12 @@ def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: boo
     return mode, lines, notes
 
 
-def _statistics_lines(target: Side, t_rows: list, g_rows: list, notes: list, fuzzy: bool) -> StatLines:
+def _statistics_lines(target: Side, t_rows: list, g_rows: list, notes: list, fuzzy: bool,
+                      mapped: list | None = None) -> StatLines:
     """The statistics compare over whole columns (:mod:`.columnar`), seen as a sequence of lines."""
-    if fuzzy:
+    if mapped is not None:
+        ti, gi = columnar.indices_of(mapped, t_rows, g_rows)
+    elif fuzzy:
         ti, gi = columnar.indices_of(match.fuzzy(t_rows, g_rows), t_rows, g_rows)
     else:
         ti, gi = columnar.exact_indices(t_rows, g_rows)
@@ -158,19 +165,20 @@ def without_cycle_collection() -> Iterator:
 
 
 def compare_pair(pair: Pair, out_dir: str, *, fuzzy: bool = False, stamp: str | None = None,
-                 xlsx: bool = False) -> PairResult:
+                 xlsx: bool = False, names: mapping.Mapping | None = None) -> PairResult:
     """Compare one pair and write its file into ``out_dir``.
 
     Raises:
         CompareInputError: a side cannot be read, or the modes differ.
     """
     with without_cycle_collection():
-        return _compare_pair(pair, out_dir, fuzzy, stamp, xlsx)
+        return _compare_pair(pair, out_dir, fuzzy, stamp, xlsx, names)
 
 
-def _compare_pair(pair: Pair, out_dir: str, fuzzy: bool, stamp: str | None, xlsx: bool) -> PairResult:
+def _compare_pair(pair: Pair, out_dir: str, fuzzy: bool, stamp: str | None, xlsx: bool,
+                  names: mapping.Mapping | None = None) -> PairResult:
     target, golden = read_side(pair.target), read_side(pair.golden)
-    mode, lines, notes = build_lines(target, golden, fuzzy=fuzzy)
+    mode, lines, notes = build_lines(target, golden, fuzzy=fuzzy, names=names)
     stack = target.stack is not None
     suffix = f"_{pair.label}" if pair.label else ""
     name = f"{PREFIX}{suffix}_{stamp or timestamp()}"
@@ -201,7 +209,7 @@ def _write_xlsx(path: str, lines: list, mode: str, stack: bool) -> str:
 
 
 def compare_runs(target: str, golden: str, out_dir: str, *, fuzzy: bool = False, xlsx: bool = False,
-                 report: Callable[[str], None] = print) -> list:
+                 report: Callable[[str], None] = print, names: mapping.Mapping | None = None) -> list:
     """Compare every rank pair named by ``target`` and ``golden``; a pair that fails is reported in one line and
     the others go on. Returns the :class:`PairResult` of each compared pair.
 
@@ -209,14 +217,14 @@ def compare_runs(target: str, golden: str, out_dir: str, *, fuzzy: bool = False,
         CompareInputError: the inputs cannot be paired at all.
     """
     pairs, notes = pairs_of(target, golden)
-    for note in notes:
+    for note in notes + (names.notes if names else []):
         report(note)
     os.makedirs(out_dir, exist_ok=True)
     stamp = timestamp()
     results = []
     for pair in pairs:
         try:
-            result = compare_pair(pair, out_dir, fuzzy=fuzzy, stamp=stamp, xlsx=xlsx)
+            result = compare_pair(pair, out_dir, fuzzy=fuzzy, stamp=stamp, xlsx=xlsx, names=names)
         except CompareInputError as exc:
             report(f"{pair.label or pair.target}: SKIP, {exc}")
             continue

@@ -247,7 +247,7 @@ def main() -> None:
     for sample in ("mlp_fp32_statistics_L1", "mlp_fp32_statistics_mix", "mlp_fp32_tensor_L1"):
         msprobe_compare(os.path.join(samples, sample, "step1"), os.path.join(samples, sample, "step0"),
                         os.path.join(HERE, "msprobe_out", "samples", sample))
-    for name in ("npu_megatron_pytorch",):     # msprobe compares MindSpore dumps only with mindspore installed
+    for name in ("npu_megatron_pytorch", "npu_megatron_mindspore"):    # the second needs mindspore beside msprobe
         repo_pair(name)
 
 
