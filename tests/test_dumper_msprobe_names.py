@@ -14,7 +14,7 @@ import pytest
 
 HERE = Path(__file__).parent / "data" / "transformer_encoder_msprobe_26_2"
 # The one difference, for a stated reason (docs/dump.md): TransformerEncoderLayer's default activation is the
-# F.relu that torch bound as a default argument when torch.nn was imported, before msprobe wrapped
+# F.relu that torch bound as a default argument when torch.nn was imported, before msprobe's debugger wrapped
 # torch.nn.functional, so msprobe records the torch.relu inside it; ours records the call as made
 # (Functional.relu), which is what msprobe writes for an F.relu it wrapped.
 HELD = ("Functional.relu.", "Torch.relu.")

@@ -132,8 +132,10 @@ def gpt2(tmp_path_factory):
 
     ref = json.loads((Path(__file__).parent / "data" / "gpt2_msprobe_26_2" / "reference.json").read_text())
     out = tmp_path_factory.mktemp("gpt2")
+    config = out / "config.json"            # msprobe's reference was made with risk_level "ALL"
+    config.write_text(json.dumps({"task": "statistics", "dump_path": str(out), "risk_level": "ALL"}))
     PrecisionDebugger.reset()
-    loss, params = zoo.train_step("gpt2", PrecisionDebugger(dump_path=str(out), task="statistics"))
+    loss, params = zoo.train_step("gpt2", PrecisionDebugger(config_path=str(config)))
     PrecisionDebugger.reset()
     ours = json.loads((out / "step0" / "rank" / "dump.json").read_text())["data"]
     theirs = {k: v for k, v in ref["data"].items() if not k.startswith(MSPROBE_ONLY)}
