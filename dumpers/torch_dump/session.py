@@ -575,8 +575,8 @@ class DumpSession:
         t = first_tensor(result)
         if t is None or t.grad_fn is None:
             return
-        if any(t is a and t.grad_fn is node for a, node in before):
-            return          # an argument returned as it was: the node is an earlier call's, as msprobe records
+        if "dropout" in base and any(t is a and t.grad_fn is node for a, node in before):
+            return          # a dropout that returned its argument as it was: no backward entry, as in msprobe
         t.grad_fn.register_hook(functools.partial(on_backward or self._on_api_backward,
                                                   f"{base}.{idx}.{fmt.BACKWARD}", self.generation))
 
