@@ -69,6 +69,7 @@ class DumpConfig:
     summary_mode: str = "statistics"
     file_format: str = "npy"
     seed: Optional[int] = None
+    risk_level: str = keys.RISK_DEFAULT
     raw: dict = field(default_factory=dict)
     source: str = "<default config>"
 
@@ -210,6 +211,22 @@ def _check_level(level: Any, task: str, framework: str, source: str) -> str:
                 + f"; use one of {list(accepted)}")
 
 
+def _check_risk_level(raw: dict, source: str) -> str:
+    """``risk_level``: absent is msprobe 26.2's default ("FOCUS"), an empty value "ALL", else one of the levels."""
+    if "risk_level" not in raw:
+        return keys.RISK_DEFAULT
+    value = raw["risk_level"]
+    level = keys.risk_level_of(value)
+    if level is not None:
+        return level
+    hint = ""
+    if isinstance(value, str) and value.strip().upper() in keys.RISK_LEVELS:
+        hint = f" (did you mean {value.strip().upper()!r}? the levels are upper case)"
+    raise _fail(source, "risk_level", f"is invalid: {value!r}{hint}; use one of {list(keys.RISK_LEVELS)}: \"ALL\" "
+                "records every API, \"FOCUS\" (the default) all but low-risk ones such as reshape, view and cat, "
+                "\"CORE\" only matrix products, convolutions, normalisations, attention and collectives")
+
+
 def _check_section(section: dict, task: str, framework: str, source: str) -> dict:
     if task not in keys.DUMP_TASKS:
         return {}
@@ -271,6 +288,7 @@ def parse_config(raw: dict, *, framework: str = "pytorch", source: str = "<dict>
     for key in ("is_deterministic", "enable_dataloader", "async_dump", "extra_info", "dump_enable"):
         if key in raw and not isinstance(raw[key], bool):
             raise _fail(source, key, f"must be true or false, got {raw[key]!r}")
+    risk_level = _check_risk_level(raw, source)
     section_raw = raw.get(eff_task) or {}
     section = _check_section(section_raw, eff_task, framework, source)
     _warn_ignored_keys(raw, eff_task, source)
@@ -278,7 +296,8 @@ def parse_config(raw: dict, *, framework: str = "pytorch", source: str = "<dict>
                       step=eff_step, scope=section.get("scope", []), api_list=section.get("api_list", []),
                       data_mode=section.get("data_mode", ["all"]),
                       summary_mode=section.get("summary_mode", "statistics"),
-                      file_format=section.get("file_format", "npy"), seed=seed, raw=dict(raw), source=source)
+                      file_format=section.get("file_format", "npy"), seed=seed, risk_level=risk_level, raw=dict(raw),
+                      source=source)
 
 
 def checker_section(data: Any, source: str) -> dict:

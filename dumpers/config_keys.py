@@ -32,8 +32,6 @@ class Key:
         return any(value == q and type(value) is type(q) for q in self.quiet)
 
 
-_STATS_LIST = "every API of the wrap lists is dumped"
-
 TOP_LEVEL: dict = {
     "task": Key(USED),
     "dump_path": Key(USED),
@@ -64,10 +62,27 @@ TOP_LEVEL: dict = {
     "precision": Key(IGNORED, "26.x", "computes the statistics in float32 when it is \"high\"",
                      "statistics are computed as msprobe's default \"low\" does, in the tensor's own dtype",
                      quiet=("low",)),
-    "risk_level": Key(IGNORED, "26.x",
-                      "dumps only core APIs (\"CORE\") or skips low-risk ones such as reshape and view (\"FOCUS\")",
-                      f"{_STATS_LIST} (as \"ALL\")", quiet=("ALL",)),
+    "risk_level": Key(USED, "26.x"),
 }
+
+# risk_level (dumpers.torch_dump.risk): which APIs a PyTorch dump at L1 or mix records. msprobe 26.2 dumps
+# "FOCUS" when the key is absent and "ALL" for an empty value (null, ""); its MindSpore dumper checks the value
+# and records every API whatever it is.
+RISK_CORE = "CORE"
+RISK_FOCUS = "FOCUS"
+RISK_ALL = "ALL"
+RISK_LEVELS = (RISK_CORE, RISK_FOCUS, RISK_ALL)
+RISK_DEFAULT = RISK_FOCUS
+
+
+def risk_level_of(value: Any) -> Optional[str]:
+    """The risk level a config value means (an empty one is "ALL", as msprobe 26.2 takes it); None when invalid."""
+    if value is None or value == "":
+        return RISK_ALL
+    if isinstance(value, str) and value in RISK_LEVELS:
+        return value
+    return None
+
 
 # Task sections: key -> Key. The effective task's section is the one read (msprobe reads only that one).
 _DUMP_SECTION: dict = {

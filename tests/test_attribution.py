@@ -150,13 +150,17 @@ def test_clean_step_has_no_dominant_call_and_leaves_everything_as_it_was(tmp_pat
 
 
 def test_names_are_the_dumpers(tmp_path):
-    """Every call is named as in dump.json, reflected operators (GPT-2's ``0.5 * x``) included."""
+    """Every call is named as in dump.json, reflected operators (GPT-2's ``0.5 * x``) included (a dump at
+    risk_level "ALL", which records every call; the default leaves some out, the others keep their names)."""
     for build in (zoo.llama, zoo.gpt2):
         torch.manual_seed(0)
         model, batch, loss_fn = build()
         step = _step(model, batch, loss_fn)
         PrecisionDebugger.reset()
-        dbg = PrecisionDebugger(dump_path=str(tmp_path / build.__name__), task="statistics", level="L1")
+        config = tmp_path / f"{build.__name__}.json"
+        config.write_text(json.dumps({"task": "statistics", "dump_path": str(tmp_path / build.__name__),
+                                      "level": "L1", "risk_level": "ALL"}))
+        dbg = PrecisionDebugger(config_path=str(config))
         dbg.start()
         step()
         dbg.stop()

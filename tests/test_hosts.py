@@ -158,7 +158,10 @@ def _bf16_transformer_dump(path: pathlib.Path) -> None:
     head = torch.nn.Linear(16, 3).bfloat16()
     model = torch.nn.Sequential(layer, head)
     PrecisionDebugger.reset()
-    dbg = PrecisionDebugger(task="tensor", dump_path=str(path), level="L1")
+    path.mkdir(parents=True, exist_ok=True)
+    config = path / "config.json"          # every API, the low-risk ones too: a dump of some 30 calls
+    config.write_text(json.dumps({"task": "tensor", "dump_path": str(path), "level": "L1", "risk_level": "ALL"}))
+    dbg = PrecisionDebugger(config_path=str(config))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

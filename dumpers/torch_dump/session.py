@@ -21,7 +21,7 @@ from dumpers import json_render
 from dumpers.config import DumpConfig
 from dumpers.dumpoff import DumpOff
 from dumpers.journal import JournalWriter
-from dumpers.torch_dump import amp, callargs
+from dumpers.torch_dump import amp, callargs, risk
 from dumpers.torch_dump import stack as stacklib
 from dumpers.torch_dump.encode import Encoder, first_tensor
 from dumpers.torch_dump.entry_text import (ENTRY_LEVEL, ITEM_LEVEL, backward_text, dict_text, dump_json_text,
@@ -73,6 +73,9 @@ class DumpSession:
         # (_plain_begin) when nothing filters or trims the entry
         self.plain = self.fwd_in and self.fwd_out and not self.api_list and not self.scope
         self.plain_backward = self.bwd_in and self.bwd_out and not self.api_list and not self.scope
+        # msprobe applies risk_level only where no scope or list is given; decided once per API name
+        self.risk_level = risk.ALL if config.api_list or config.scope else config.risk_level
+        self.risk_keeps: dict = {}
         self.pid = os.getpid()
         self.step = 0
         self.rank: Optional[int] = None
@@ -463,6 +466,11 @@ class DumpSession:
         counters[base] = idx + 1
         if not self.on or os.getpid() != self.pid:
             return func(*args, **kwargs)
+        keep = self.risk_keeps.get(base)
+        if keep is None:
+            keep = self.risk_keeps[base] = risk.keeps(self.risk_level, api)
+        if not keep:
+            return risk.run_skipped(self, base, idx, api, func, args, kwargs)
         pending = plain = autocast = None
         try:
             autocast = amp.state(args, kwargs)
@@ -561,16 +569,16 @@ class DumpSession:
         except Exception as exc:  # noqa: BLE001 - the dumper must never break training
             self._internal_error(exc)
 
-    def _hook_backward(self, result: Any, base: str, idx: int, before: Any = ()) -> None:
+    def _hook_backward(self, result: Any, base: str, idx: int, before: Any = (), on_backward: Any = None) -> None:
         if not (self.bwd_in or self.bwd_out or self.with_construct):
             return
         t = first_tensor(result)
         if t is None or t.grad_fn is None:
             return
-        if any(t is a and t.grad_fn is node for a, node in before):
-            return          # an argument returned as it was: the node is an earlier call's, as msprobe records
-        t.grad_fn.register_hook(functools.partial(self._on_api_backward, f"{base}.{idx}.{fmt.BACKWARD}",
-                                                  self.generation))
+        if "dropout" in base and any(t is a and t.grad_fn is node for a, node in before):
+            return          # a dropout that returned its argument as it was: no backward entry, as in msprobe
+        t.grad_fn.register_hook(functools.partial(on_backward or self._on_api_backward,
+                                                  f"{base}.{idx}.{fmt.BACKWARD}", self.generation))
 
     def _on_api_backward(self, key: str, generation: int, grad_inputs: tuple, grad_outputs: tuple) -> None:
         if not self.on or generation != self.generation or os.getpid() != self.pid:

@@ -1,9 +1,11 @@
 """The API set the PyTorch dumper records: msprobe's wrap lists as data (spec section 10.1).
 
 One table per namespace; names absent from the running torch are skipped when the registry is built.
-Deliberately absent (spec 10.1): factories and RNG, movement/view/meta methods (``Tensor.to/cpu/cuda/
-clone/detach/view/expand/contiguous/float/half/type/item/size/numel/dim/tolist/numpy/copy_/zero_``; msprobe
-26.2 lists ``to``, ``float`` and ``expand`` but skips them at its default ``risk_level``) and ``__neg__``.
+Deliberately absent (spec 10.1): factories and RNG, movement/view/meta methods (``Tensor.cpu/cuda/clone/
+detach/view/contiguous/type/item/size/numel/dim/tolist/copy_/zero_``) and ``__neg__``. The names msprobe
+26.2 added to its lists are here too (``MSPROBE_26_2``): among them ``Tensor.to``, ``float``, ``expand`` and
+the other casts, which its risk levels leave out unless ``risk_level`` is ``"ALL"`` (:mod:`.risk`).
+``Tensor.__rdiv__`` is not: it is the function ``1 / x`` runs as ``__rtruediv__``, whose body is recorded.
 The reflected operators are msprobe 26.2's (``__radd__ __rmul__ __rsub__ __rpow__ __rmod__ __ror__ __rxor__``):
 ``0.5 * x`` is ``Tensor.__rmul__`` with the tensor first, ``(x, 0.5)``, as msprobe records it.
 ``torch.ops.aten`` calls are recorded by rule (any explicit ``torch.ops.aten`` call), not by list.
@@ -70,6 +72,13 @@ view_as xlogy xlogy_ split conj stft conj_physical new_empty ccol_indices nan_to
 bitwise_left_shift_ coalesce arctan2 histogram q_zero_point slice_scatter adjoint slice_inverse ormqr
 bitwise_right_shift_ nanquantile lu sparse_mask quantile arctan2_ qr diagonal_scatter corrcoef vsplit aminmax
 """)
+# msprobe 26.2's additions to the Tensor and torch lists (its support_wrap_ops.yaml against spec 10.1's)
+MSPROBE_26_2_TENSOR = _names("""
+argwhere bfloat16 bitwise_left_shift bitwise_right_shift bool byte cfloat char cov double expand expand_as float
+frexp half hsplit i0 i0_ int long moveaxis movedim nan_to_num_ nanmean nanmedian nextafter nextafter_ numpy outer
+resolve_neg short stride subtract swapaxes swapdims swapdims_ take_along_dim to unique unique_consecutive
+""")
+TENSOR = tuple(dict.fromkeys(TENSOR + MSPROBE_26_2_TENSOR))
 
 TORCH = _names("""
 linalg.norm linalg.vector_norm linalg.matrix_norm linalg.diagonal linalg.det linalg.slogdet linalg.cond
@@ -117,6 +126,11 @@ transpose trapz triangular_solve tril tril_indices triplet_margin_loss triu triu
 trunc_ unique_consecutive xlogy unbind unsafe_chunk unsafe_split vander var vdot unsafe_split_with_sizes
 unsqueeze var_mean vstack where xlogy_
 """)
+MSPROBE_26_2_TORCH = _names("""
+_fused_adamw_ aminmax arctan2 argwhere cumulative_trapezoid diagonal_scatter dsplit frexp histogram histogramdd
+hsplit i0 i0_ isin nanmean nanquantile resolve_neg unflatten vsplit
+""")
+TORCH = tuple(dict.fromkeys(TORCH + MSPROBE_26_2_TORCH))
 
 VF = _names("lstm")
 

@@ -1,9 +1,11 @@
 """One training step of a small nn.TransformerEncoder, dumped by msprobe 26.2 or by this project (statistics, L1).
 
-    python step.py msprobe|ours DUMP_PATH
+    python step.py msprobe|ours DUMP_PATH [RISK_LEVEL]
 
-``make_reference.py`` keeps the entry keys msprobe 26.2.0 writes for it (reference.json); the test dumps the
-same step with this project's dumper and expects the same keys in the same order.
+Without RISK_LEVEL the config has no ``risk_level`` key (each tool's default); with it, ``"risk_level"`` is
+that value. ``make_reference.py`` keeps the entry keys msprobe 26.2.0 writes for it (reference.json, and
+reference_ALL.json, reference_CORE.json for those levels); the test dumps the same step with this project's
+dumper and expects the same keys in the same order.
 """
 import json
 import os
@@ -20,6 +22,8 @@ if which == "msprobe":
 else:
     from dumpers.torch_dump import PrecisionDebugger
     cfg = {"task": "statistics", "dump_path": out, "level": "L1"}
+if len(sys.argv) > 3:
+    cfg["risk_level"] = sys.argv[3]
 with open(config, "w", encoding="utf-8") as fh:
     json.dump(cfg, fh)
 torch.manual_seed(0)
