@@ -17,7 +17,7 @@ import numpy as np
 from dumpers.csvcell import FORMULA_LEAD
 
 from ..precision.verdict import ERROR, PASS, WARNING
-from . import cells, table
+from . import cells, floattext, table
 from .rows import NA
 
 CHUNK = 32768                       # lines formatted per pass
@@ -46,10 +46,10 @@ def _guarded(text: str) -> str:
 
 class _Side:
     """One side's rows as columns: the raw statistics (flat, four per row), their float values where they are
-    floats (NaN elsewhere), which are finite floats, and the CSV texts of the name, dtype, shape and
-    requires_grad cells (guarded and quoted once per distinct text)."""
+    floats (NaN elsewhere), which are finite floats, and the ids in ``texts`` of the CSV texts of the name,
+    dtype, shape and requires_grad cells and of the statistics that are not finite floats (-1: a float)."""
 
-    def __init__(self, rows: list) -> None:
+    def __init__(self, rows: list, texts: floattext.TextTable) -> None:
         self.rows = rows
         flat = [v for row in rows for v in row.stats]
         n = len(flat)
@@ -62,33 +62,32 @@ class _Side:
             self.vals = np.fromiter((v if type(v) is float else math.nan for v in flat), float, n).reshape(-1, 4)
         self.fin = self.isfloat & np.isfinite(self.vals)
         self.fin_row = self.fin.all(axis=1)
-        self.odd: dict = {}                  # (row, statistic) -> cell text, where not a finite float
+        self.stat_id = np.full((n // 4, 4), floattext.FLOAT, np.int64)
         if not self.fin.all():
             for i, k in zip(*np.nonzero(~self.fin)):
                 v = flat[4 * int(i) + int(k)]
-                self.odd[int(i), int(k)] = quote(v if type(v) is str else cells.cell_text(v))
+                self.stat_id[i, k] = texts.id(quote(v if type(v) is str else cells.cell_text(v)))
         names = [row.name for row in rows]
-        self.name = np.array(names, dtype=object)
         joined = "\0".join(names)
         special = any(ch in joined for ch in _SPECIAL)        # one scan of all names for the rare quoting
-        bad = [i for i, name in enumerate(names) if name[:1] in FORMULA_LEAD or special and _needs_quote(name)]
-        for i in bad:
-            self.name[i] = quote(_guarded(names[i]))
-        self.dtype = _texts([row.dtype for row in rows], True)
-        self.shape = _texts([row.shape for row in rows], False)
-        self.grad_raw = np.array([row.grad for row in rows], dtype=object)
-        self.grad = _texts(self.grad_raw.tolist(), False)
+        for i in [i for i, name in enumerate(names) if name[:1] in FORMULA_LEAD or special and _needs_quote(name)]:
+            names[i] = quote(_guarded(names[i]))
+        self.name_base = texts.extend(names)
+        self.dtype = _text_ids([row.dtype for row in rows], True, texts)
+        self.shape = _text_ids([row.shape for row in rows], False, texts)
+        self.grad = _text_ids([row.grad for row in rows], False, texts)
 
 
 def _needs_quote(text: str) -> bool:
     return any(ch in text for ch in _SPECIAL)
 
 
-def _texts(values: list, guard: bool) -> np.ndarray:
-    """An object array of cell texts of a low-cardinality column (each distinct text guarded/quoted once)."""
+def _text_ids(values: list, guard: bool, texts: floattext.TextTable) -> np.ndarray:
+    """The ids of the cell texts of a low-cardinality column (each distinct text guarded/quoted once)."""
     seen: dict = {}
-    out = [seen[v] if v in seen else seen.setdefault(v, quote(_guarded(v) if guard else v)) for v in values]
-    return np.array(out, dtype=object)
+    for v in set(values):
+        seen[v] = texts.id(quote(_guarded(v) if guard else v))
+    return np.fromiter(map(seen.__getitem__, values), np.int64, len(values))
 
 
 def _numeric_percent(text: str) -> float:
@@ -103,7 +102,8 @@ class StatTable:
     """A statistics compare of one pair: ``ti`` and ``gi`` (-1: no golden row) index the two sides' rows."""
 
     def __init__(self, t_rows: list, g_rows: list, ti: np.ndarray, gi: np.ndarray, stacks: dict | None) -> None:
-        self.t, self.g = _Side(t_rows), _Side(g_rows)
+        self.texts = floattext.TextTable()
+        self.t, self.g = _Side(t_rows, self.texts), _Side(g_rows, self.texts)
         self.ti, self.gi = ti, gi
         self.stacks = stacks                # line index -> stack text (first line of each call), None: no stack
         n = len(ti)
@@ -134,6 +134,7 @@ class StatTable:
             self.ext7[j] = _numeric_percent(value)
         self.ext7 = np.where(np.isnan(self.ext7), 0.0, self.ext7)
         self.flags = self._check()
+        self.ids: dict | None = None            # the CSV's fixed text ids, once it is written
 
     def __len__(self) -> int:
         return len(self.ti)
@@ -245,74 +246,65 @@ class StatTable:
         return result, messages
 
     # ---------------------------------------------------------------- cells
-    def _numbers(self, lo: int, hi: int) -> tuple:
-        """(metric texts, target statistic texts, golden statistic texts) of lines ``lo:hi`` as string arrays,
-        every float formatted in one pass (numpy's shortest round-trip text, which is ``repr``'s)."""
-        ti, gi = self.ti[lo:hi], self.gsafe[lo:hi]
-        m = hi - lo
-        num = np.empty((m, 16))
-        num[:, :4], num[:, 4:8] = self.diff[lo:hi], self.rel[lo:hi]
-        num[:, 8:12], num[:, 12:16] = self.t.vals[ti], self.g.vals[gi]
-        text = num.astype("U25")
-        codes = text.view(np.uint32).reshape(m, 16, 25)
-        rel = codes[:, 4:8]
-        at = (rel == 0).argmax(axis=2)                      # the first free place: append "%"
-        np.put_along_axis(rel, at[:, :, None], ord("%"), axis=2)
-        same, gzero = self.same[lo:hi], self.gzero[lo:hi]
-        diff_t = np.where(same, "0", text[:, :4])
-        rel_t = np.where(same, "0", np.where(gzero, "inf", text[:, 4:8]))
-        return np.concatenate([diff_t, rel_t], axis=1), text[:, 8:12], text[:, 12:16]
-
     def metrics(self, lo: int, hi: int) -> list:
         """The eight metric cell texts of each of lines ``lo:hi``."""
-        texts = self._numbers(lo, hi)[0].tolist()
+        m = hi - lo
+        same, gzero = self.same[lo:hi], self.gzero[lo:hi]
+        diff = np.array(floattext.float_texts(self.diff[lo:hi]), dtype=object).reshape(m, 4)
+        rel = np.array([t + "%" for t in floattext.float_texts(self.rel[lo:hi])], dtype=object).reshape(m, 4)
+        texts = np.concatenate([np.where(same, "0", diff), np.where(same, "0", np.where(gzero, "inf", rel))],
+                               axis=1).tolist()
         for j in np.nonzero(~self.fast[lo:hi])[0].tolist():
             texts[j] = list(self._slow[lo + j])
         return texts
 
-    def csv_lines(self, lo: int, hi: int, stack: bool) -> str:
-        """The CSV text of lines ``lo:hi`` (each ending in a newline): the cells as columns of one object array,
-        joined line by line."""
+    def _csv_ids(self) -> None:
+        """Every text the CSV needs beyond the rows' own, added to the table once: the fixed texts, the metric
+        texts of the lines not computed over the columns, each line's Result and Err_message, the stacks."""
+        texts = self.texts
+        self.ids = {text: texts.id(text) for text in (NA, "0", "inf", "True", "False")}
+        n = len(self)
+        self.slow_ids = {j: [texts.id(text) for text in metrics] for j, metrics in self._slow.items()}
+        codes, inverse = np.unique(self.flags, return_inverse=True)
+        verdicts = [self.verdict(int(c)) for c in codes]
+        self.result_ids = np.array([texts.id(v[0]) for v in verdicts], np.int64)[inverse.reshape(-1)]
+        self.message_ids = np.array([texts.id(quote(json.dumps(v[1]))) for v in verdicts],
+                                    np.int64)[inverse.reshape(-1)]
+        self.stack_ids = np.full(n, self.ids[NA], np.int64)
+        for j, text in (self.stacks or {}).items():
+            self.stack_ids[j] = texts.id(quote(text))
+
+    def csv_lines(self, lo: int, hi: int, stack: bool) -> bytes:
+        """The CSV bytes of lines ``lo:hi`` (each ending in a newline): the cells of each line as text ids and
+        floats, written by :func:`.floattext.csv_block`."""
+        if self.ids is None:
+            self._csv_ids()
         m = hi - lo
         ti, gi, gs = self.ti[lo:hi], self.gi[lo:hi], self.gsafe[lo:hi]
         matched = gi >= 0
-        t, g = self.t, self.g
-        metrics, t_stats, g_stats = self._numbers(lo, hi)
-        cols = 28 if stack else 27
-        out = np.empty((m, cols), dtype=object)
-        out[:, 0] = t.name[ti]
-        out[:, 1] = np.where(matched, g.name[gs], NA)
-        out[:, 2] = t.dtype[ti]
-        out[:, 3] = np.where(matched, g.dtype[gs], NA)
-        out[:, 4] = t.shape[ti]
-        out[:, 5] = np.where(matched, g.shape[gs], NA)
-        out[:, 6] = t.grad[ti]
-        out[:, 7] = np.where(matched, g.grad[gs], NA)
-        out[:, 8:16] = metrics
-        out[:, 16:20] = t_stats
-        out[:, 20:24] = np.where(matched[:, None], g_stats, NA)
-        same_grad = t.grad_raw[ti] == np.where(matched, g.grad_raw[gs], NA)
-        out[:, 24] = np.where(same_grad.astype(bool), "True", "False")
-        codes, inverse = np.unique(self.flags[lo:hi], return_inverse=True)
-        verdicts = [self.verdict(int(c)) for c in codes]
-        out[:, 25] = np.array([v[0] for v in verdicts], dtype=object)[inverse]
-        out[:, 26] = np.array([quote(json.dumps(v[1])) for v in verdicts], dtype=object)[inverse]
-        if stack:
-            out[:, 27] = NA
-            for j, text in (self.stacks or {}).items():
-                if lo <= j < hi:
-                    out[j - lo, 27] = quote(text)
+        t, g, fixed = self.t, self.g, self.ids
+        na = fixed[NA]
+        ids = np.empty((m, 28 if stack else 27), np.int64)
+        values = np.zeros(ids.shape)
+        ids[:, 0] = t.name_base + ti
+        ids[:, 1] = np.where(matched, g.name_base + gs, na)
+        for col, t_ids, g_ids in ((2, t.dtype, g.dtype), (4, t.shape, g.shape), (6, t.grad, g.grad)):
+            ids[:, col] = t_ids[ti]
+            ids[:, col + 1] = np.where(matched, g_ids[gs], na)
+        same, gzero = self.same[lo:hi], self.gzero[lo:hi]
+        ids[:, 8:12] = np.where(same, fixed["0"], floattext.FLOAT)
+        ids[:, 12:16] = np.where(same, fixed["0"], np.where(gzero, fixed["inf"], floattext.PERCENT))
+        values[:, 8:12], values[:, 12:16] = self.diff[lo:hi], self.rel[lo:hi]
         for j in np.nonzero(~self.fast[lo:hi])[0].tolist():
-            out[j, 8:16] = self._slow[lo + j]
-        for side, idx, first in ((t, ti, 16), (g, gs, 20)):
-            if side.odd:
-                rows = idx.tolist()
-                for j in np.nonzero(~side.fin_row[idx] & (matched if side is g else True))[0].tolist():
-                    for k in range(4):
-                        text = side.odd.get((rows[j], k))
-                        if text is not None:
-                            out[j, first + k] = text
-        return "\n".join(map(",".join, out.tolist())) + "\n"
+            ids[j, 8:16] = self.slow_ids[lo + j]
+        ids[:, 16:20], values[:, 16:20] = t.stat_id[ti], t.vals[ti]
+        ids[:, 20:24], values[:, 20:24] = np.where(matched[:, None], g.stat_id[gs], na), g.vals[gs]
+        consistent = t.grad[ti] == np.where(matched, g.grad[gs], na)
+        ids[:, 24] = np.where(consistent, fixed["True"], fixed["False"])
+        ids[:, 25], ids[:, 26] = self.result_ids[lo:hi], self.message_ids[lo:hi]
+        if stack:
+            ids[:, 27] = self.stack_ids[lo:hi]
+        return floattext.csv_block(ids, values, self.texts)
 
     def lines(self, lo: int, hi: int) -> list:
         """Lines ``lo:hi`` as :class:`.table.Line` objects."""
