@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Iterator
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -44,14 +46,41 @@ def _guarded(text: str) -> str:
     return text
 
 
+class _Codes:
+    """Distinct raw texts of a column (both sides) numbered, with the id of each one's CSV text."""
+
+    def __init__(self, texts: floattext.TextTable, guard: bool) -> None:
+        self.texts, self.guard = texts, guard
+        self.code: dict = {}
+        self.raw: list = []
+        self.text_id: list = []
+
+    def of(self, values: list) -> np.ndarray:
+        """The code of each value (new values numbered as they come)."""
+        code = self.code
+        for v in set(values).difference(code):
+            code[v] = len(self.raw)
+            self.raw.append(v)
+            self.text_id.append(self.texts.id(quote(_guarded(v) if self.guard else v)))
+        return np.fromiter(map(code.__getitem__, values), np.int64, len(values))
+
+    def ids(self, codes: np.ndarray) -> np.ndarray:
+        return np.array(self.text_id, np.int64)[codes]
+
+    def flags(self, test: Any) -> np.ndarray:
+        """``test(raw)`` of every code."""
+        return np.fromiter(map(test, self.raw), bool, len(self.raw))
+
+
 class _Side:
     """One side's rows as columns: the raw statistics (flat, four per row), their float values where they are
-    floats (NaN elsewhere), which are finite floats, and the ids in ``texts`` of the CSV texts of the name,
-    dtype, shape and requires_grad cells and of the statistics that are not finite floats (-1: a float)."""
+    floats (NaN elsewhere), which are finite floats; the codes of the dtype, shape and requires_grad texts, and
+    the ids in the text table of the CSV texts of the name, dtype, shape and requires_grad cells and of the
+    statistics that are not finite floats (-1: a float)."""
 
-    def __init__(self, rows: list, texts: floattext.TextTable) -> None:
+    def __init__(self, rows: list, texts: floattext.TextTable, columns: tuple) -> None:
         self.rows = rows
-        flat = [v for row in rows for v in row.stats]
+        flat = list(chain.from_iterable(map(_STATS, rows)))
         n = len(flat)
         self.flat = flat
         if set(map(type, flat)) <= {float}:                  # the common case: every statistic a float
@@ -62,32 +91,36 @@ class _Side:
             self.vals = np.fromiter((v if type(v) is float else math.nan for v in flat), float, n).reshape(-1, 4)
         self.fin = self.isfloat & np.isfinite(self.vals)
         self.fin_row = self.fin.all(axis=1)
-        self.stat_id = np.full((n // 4, 4), floattext.FLOAT, np.int64)
+        self.stat_id = None                 # the text id of each statistic that is not a finite float
         if not self.fin.all():
+            self.stat_id = np.full((n // 4, 4), floattext.FLOAT, np.int64)
             for i, k in zip(*np.nonzero(~self.fin)):
                 v = flat[4 * int(i) + int(k)]
                 self.stat_id[i, k] = texts.id(quote(v if type(v) is str else cells.cell_text(v)))
-        names = [row.name for row in rows]
+        names = list(map(_NAME, rows))
+        self.out = np.fromiter(map(str.__contains__, names, repeat(".output.")), bool, len(names))
         joined = "\0".join(names)
-        special = any(ch in joined for ch in _SPECIAL)        # one scan of all names for the rare quoting
-        for i in [i for i, name in enumerate(names) if name[:1] in FORMULA_LEAD or special and _needs_quote(name)]:
-            names[i] = quote(_guarded(names[i]))
+        # one scan of all names for the characters that need quoting, one set of their first characters
+        if any(ch in joined for ch in _SPECIAL) or not _LEADS.isdisjoint(map(_FIRST, names)):
+            for i in [i for i, name in enumerate(names) if name[:1] in FORMULA_LEAD or _needs_quote(name)]:
+                names[i] = quote(_guarded(names[i]))
         self.name_base = texts.extend(names)
-        self.dtype = _text_ids([row.dtype for row in rows], True, texts)
-        self.shape = _text_ids([row.shape for row in rows], False, texts)
-        self.grad = _text_ids([row.grad for row in rows], False, texts)
+        dtypes, shapes, grads = columns
+        self.dtype_code = dtypes.of(list(map(_DTYPE, rows)))
+        self.shape_code = shapes.of(list(map(_SHAPE, rows)))
+        self.grad_code = grads.of(list(map(_GRAD, rows)))
+        self.dtype, self.shape, self.grad = (dtypes.ids(self.dtype_code), shapes.ids(self.shape_code),
+                                             grads.ids(self.grad_code))
+
+
+_LEADS = frozenset(FORMULA_LEAD)
+_FIRST = itemgetter(slice(0, 1))
+_STATS, _NAME, _DTYPE, _SHAPE, _GRAD, _KEY = (attrgetter(a) for a in ("stats", "name", "dtype", "shape", "grad",
+                                                                     "key"))
 
 
 def _needs_quote(text: str) -> bool:
     return any(ch in text for ch in _SPECIAL)
-
-
-def _text_ids(values: list, guard: bool, texts: floattext.TextTable) -> np.ndarray:
-    """The ids of the cell texts of a low-cardinality column (each distinct text guarded/quoted once)."""
-    seen: dict = {}
-    for v in set(values):
-        seen[v] = texts.id(quote(_guarded(v) if guard else v))
-    return np.fromiter(map(seen.__getitem__, values), np.int64, len(values))
 
 
 def _numeric_percent(text: str) -> float:
@@ -103,7 +136,8 @@ class StatTable:
 
     def __init__(self, t_rows: list, g_rows: list, ti: np.ndarray, gi: np.ndarray, stacks: dict | None) -> None:
         self.texts = floattext.TextTable()
-        self.t, self.g = _Side(t_rows, self.texts), _Side(g_rows, self.texts)
+        self.codes = (_Codes(self.texts, True), _Codes(self.texts, False), _Codes(self.texts, False))
+        self.t, self.g = _Side(t_rows, self.texts, self.codes), _Side(g_rows, self.texts, self.codes)
         self.ti, self.gi = ti, gi
         self.stacks = stacks                # line index -> stack text (first line of each call), None: no stack
         n = len(ti)
@@ -151,29 +185,28 @@ class StatTable:
         self.out, self.group_starts = np.zeros(0, bool), np.zeros(0, np.int64)
         if n == 0:
             return flags
-        t_rows, g_rows = self.t.rows, self.g.rows
-        ti, gi = self.ti.tolist(), self.gi.tolist()
-        out = np.fromiter((".output." in t_rows[i].name for i in ti), bool, n)
-        keys = [t_rows[i].key for i in ti]
-        starts = [0] + [j for j in range(1, n) if keys[j] is not keys[j - 1] and keys[j] != keys[j - 1]]
+        t_rows, g_rows, t, g = self.t.rows, self.g.rows, self.t, self.g
+        ti, gs = self.ti, self.gsafe
+        out = t.out[ti]
+        # calls: the lines of one entry key are consecutive, and share the key's object (dict keys are unique)
+        keys = list(map(_KEY, map(t_rows.__getitem__, ti.tolist())))
+        key_id = np.fromiter(map(id, keys), np.int64, n)
+        change = (np.nonzero(key_id[1:] != key_id[:-1])[0] + 1).tolist()
+        starts = [0] + [j for j in change if keys[j] != keys[j - 1]]
         starts_a = np.array(starts)
         group = np.zeros(n, np.int64)
         group[starts_a[1:]] = 1
         group = np.cumsum(group)
         # the call's ignore rule, from its first input row
         ignore = np.zeros(len(starts), np.int64)          # 0 none, 1 inputs, 2 all
-        first_in = np.full(len(starts), -1)
         inputs_at = np.nonzero(~out)[0]
         if inputs_at.size:
-            g_of = group[inputs_at]
-            firsts = np.unique(g_of, return_index=True)
-            first_in[firsts[0]] = inputs_at[firsts[1]]
-        for c, j in enumerate(first_in.tolist()):
-            if j < 0:
-                continue
-            parts = t_rows[ti[j]].name.split(".")
-            if len(parts) >= 2:
-                ignore[c] = 2 if parts[1] in table.IGNORED_APIS else 1 if parts[1] in table.INPUT_IGNORED_APIS else 0
+            firsts = np.unique(group[inputs_at], return_index=True)
+            for c, j in zip(firsts[0].tolist(), inputs_at[firsts[1]].tolist()):
+                parts = t_rows[ti[j]].name.split(".", 2)
+                if len(parts) >= 2:
+                    api = parts[1]
+                    ignore[c] = 2 if api in table.IGNORED_APIS else 1 if api in table.INPUT_IGNORED_APIS else 0
         ign = ignore[group]
         checked = (ign == 0) | ((ign == 1) & out)
         whole = ign == 0
@@ -189,22 +222,24 @@ class StatTable:
         np.maximum.at(out_ext, group[out], self.ext7[out])
         small_in = np.abs(in_ext) < 0.1
         flags |= (whole & out & small_in[group] & (np.abs(self.rel7) > 0.5)).astype(np.int64) << 1
-        # requires_grad, scalar parameters, dtype, shape: text comparisons per matched line
-        for j in np.nonzero(matched & (checked | whole))[0].tolist():
-            t, g = t_rows[ti[j]], g_rows[gi[j]]
-            bits = 0
-            if checked[j]:
-                if t.grad and g.grad and t.grad != g.grad:
-                    bits |= 1 << 2
-                if t.dtype != g.dtype and "qkv" not in g.name and "gate_up" not in g.name:
-                    bits |= 1 << 4
-                if t.shape != g.shape:
-                    bits |= 1 << 5
-            if whole[j] and not out[j] and "class" in t.dtype and "class" in g.dtype and t.shape == "[]" \
-                    and t.stats[0] != g.stats[0]:
-                bits |= 1 << 3
-            if bits:
-                flags[j] |= bits
+        # requires_grad, scalar parameters, dtype, shape: the texts compared through their codes
+        dtypes, shapes, grads = self.codes
+        rule = matched & checked
+        t_grad, g_grad = t.grad_code[ti], g.grad_code[gs]
+        filled = grads.flags(bool)
+        flags |= (rule & filled[t_grad] & filled[g_grad] & (t_grad != g_grad)).astype(np.int64) << 2
+        t_dtype, g_dtype = t.dtype_code[ti], g.dtype_code[gs]
+        for j in np.nonzero(rule & (t_dtype != g_dtype))[0].tolist():
+            name = g_rows[gs[j]].name
+            if "qkv" not in name and "gate_up" not in name:
+                flags[j] |= 1 << 4
+        flags |= (rule & (t.shape_code[ti] != g.shape_code[gs])).astype(np.int64) << 5
+        is_class = dtypes.flags(lambda text: "class" in text)
+        scalar = (matched & whole & ~out & is_class[t_dtype] & is_class[g_dtype]
+                  & shapes.flags(lambda text: text == "[]")[t.shape_code[ti]])
+        for j in np.nonzero(scalar)[0].tolist():
+            if t_rows[ti[j]].stats[0] != g_rows[gs[j]].stats[0]:
+                flags[j] |= 1 << 3
         # the output's norm relative error ten times its inputs': the call's first output line
         rin, rout = np.abs(in_ext), np.abs(out_ext)
         with np.errstate(all="ignore"):
@@ -274,37 +309,45 @@ class StatTable:
         for j, text in (self.stacks or {}).items():
             self.stack_ids[j] = texts.id(quote(text))
 
-    def csv_lines(self, lo: int, hi: int, stack: bool) -> bytes:
-        """The CSV bytes of lines ``lo:hi`` (each ending in a newline): the cells of each line as text ids and
-        floats, written by :func:`.floattext.csv_block`."""
+    def csv_chunks(self, stack: bool) -> Iterator:
+        """The CSV bytes of every line (each ending in a newline), a block at a time: the cells of ``CHUNK``
+        lines as text ids and floats, written by :class:`.floattext.BlockWriter` (the arrays and the buffer
+        used again for each chunk; a block is valid until the next one is asked for)."""
         if self.ids is None:
             self._csv_ids()
-        m = hi - lo
-        ti, gi, gs = self.ti[lo:hi], self.gi[lo:hi], self.gsafe[lo:hi]
-        matched = gi >= 0
+        writer = floattext.BlockWriter(self.texts)
         t, g, fixed = self.t, self.g, self.ids
         na = fixed[NA]
-        ids = np.empty((m, 28 if stack else 27), np.int64)
-        values = np.zeros(ids.shape)
-        ids[:, 0] = t.name_base + ti
-        ids[:, 1] = np.where(matched, g.name_base + gs, na)
-        for col, t_ids, g_ids in ((2, t.dtype, g.dtype), (4, t.shape, g.shape), (6, t.grad, g.grad)):
-            ids[:, col] = t_ids[ti]
-            ids[:, col + 1] = np.where(matched, g_ids[gs], na)
-        same, gzero = self.same[lo:hi], self.gzero[lo:hi]
-        ids[:, 8:12] = np.where(same, fixed["0"], floattext.FLOAT)
-        ids[:, 12:16] = np.where(same, fixed["0"], np.where(gzero, fixed["inf"], floattext.PERCENT))
-        values[:, 8:12], values[:, 12:16] = self.diff[lo:hi], self.rel[lo:hi]
-        for j in np.nonzero(~self.fast[lo:hi])[0].tolist():
-            ids[j, 8:16] = self.slow_ids[lo + j]
-        ids[:, 16:20], values[:, 16:20] = t.stat_id[ti], t.vals[ti]
-        ids[:, 20:24], values[:, 20:24] = np.where(matched[:, None], g.stat_id[gs], na), g.vals[gs]
-        consistent = t.grad[ti] == np.where(matched, g.grad[gs], na)
-        ids[:, 24] = np.where(consistent, fixed["True"], fixed["False"])
-        ids[:, 25], ids[:, 26] = self.result_ids[lo:hi], self.message_ids[lo:hi]
-        if stack:
-            ids[:, 27] = self.stack_ids[lo:hi]
-        return floattext.csv_block(ids, values, self.texts)
+        size = min(CHUNK, len(self))
+        id_buf = np.empty((size, 28 if stack else 27), np.int64)
+        value_buf = np.zeros(id_buf.shape)
+        for lo in range(0, len(self), CHUNK):
+            hi = min(lo + CHUNK, len(self))
+            ids, values = id_buf[:hi - lo], value_buf[:hi - lo]
+            ti, gi, gs = self.ti[lo:hi], self.gi[lo:hi], self.gsafe[lo:hi]
+            matched = gi >= 0
+            ids[:, 0] = t.name_base + ti
+            ids[:, 1] = np.where(matched, g.name_base + gs, na)
+            for col, t_ids, g_ids in ((2, t.dtype, g.dtype), (4, t.shape, g.shape), (6, t.grad, g.grad)):
+                ids[:, col] = t_ids[ti]
+                ids[:, col + 1] = np.where(matched, g_ids[gs], na)
+            same, gzero = self.same[lo:hi], self.gzero[lo:hi]
+            ids[:, 8:12] = np.where(same, fixed["0"], floattext.FLOAT)
+            ids[:, 12:16] = np.where(same, fixed["0"], np.where(gzero, fixed["inf"], floattext.PERCENT))
+            values[:, 8:12], values[:, 12:16] = self.diff[lo:hi], self.rel[lo:hi]
+            for j in np.nonzero(~self.fast[lo:hi])[0].tolist():
+                ids[j, 8:16] = self.slow_ids[lo + j]
+            ids[:, 16:20] = t.stat_id[ti] if t.stat_id is not None else floattext.FLOAT
+            values[:, 16:20] = t.vals[ti]
+            g_stats = g.stat_id[gs] if g.stat_id is not None else floattext.FLOAT
+            ids[:, 20:24] = np.where(matched[:, None], g_stats, na)
+            values[:, 20:24] = g.vals[gs]
+            consistent = t.grad[ti] == np.where(matched, g.grad[gs], na)
+            ids[:, 24] = np.where(consistent, fixed["True"], fixed["False"])
+            ids[:, 25], ids[:, 26] = self.result_ids[lo:hi], self.message_ids[lo:hi]
+            if stack:
+                ids[:, 27] = self.stack_ids[lo:hi]
+            yield from writer.blocks(ids, values)
 
     def lines(self, lo: int, hi: int) -> list:
         """Lines ``lo:hi`` as :class:`.table.Line` objects."""

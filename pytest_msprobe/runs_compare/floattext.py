@@ -13,8 +13,13 @@ either texts of a table or floats (optionally followed by ``%``).
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 _jit = numba.njit(nogil=True, boundscheck=False, cache=True)
 _inline = numba.njit(nogil=True, boundscheck=False, cache=True, inline="always")
@@ -44,31 +49,29 @@ def _tables() -> tuple:
 
 _POW5, _INV5 = _tables()
 _U0, _U1, _U2, _U4, _U5, _U10 = (np.uint64(v) for v in (0, 1, 2, 4, 5, 10))
-_U32, _U52, _U63, _U64 = (np.uint64(v) for v in (32, 52, 63, 64))
-_LOW32 = np.uint64(0xFFFFFFFF)
+_U52, _U63, _U64 = (np.uint64(v) for v in (52, 63, 64))
 _MANT = np.uint64((1 << 52) - 1)
 _HIDDEN = np.uint64(1 << 52)
 _EXP = np.uint64(0x7FF)
 _ABS = np.uint64((1 << 63) - 1)
 
 
+@intrinsic
+def _mul_hi64(typingctx, a, b):
+    """The high 64 bits of the 128-bit product of two uint64 (one multiplication on 64-bit CPUs)."""
+    def codegen(context, builder, signature, args):
+        wide = ir.IntType(128)
+        product = builder.mul(builder.zext(args[0], wide), builder.zext(args[1], wide))
+        return builder.trunc(builder.lshr(product, ir.Constant(wide, 64)), ir.IntType(64))
+    return types.uint64(types.uint64, types.uint64), codegen
+
+
 @_inline
 def _mul_high(m, lo, hi, shift):
-    """(m * (hi * 2^64 + lo)) >> shift, for 64 < shift < 128 (the 192-bit product in 64-bit halves)."""
-    a_lo, a_hi = m & _LOW32, m >> _U32
-    # m * hi: low and high words
-    b_lo, b_hi = hi & _LOW32, hi >> _U32
-    x00, x01, x10, x11 = a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi
-    mid = x10 + (x00 >> _U32)
-    mid2 = x01 + (mid & _LOW32)
-    high1 = x11 + (mid >> _U32) + (mid2 >> _U32)
-    low1 = (mid2 << _U32) | (x00 & _LOW32)
-    # m * lo: its high word only
-    c_lo, c_hi = lo & _LOW32, lo >> _U32
-    y00, y01, y10, y11 = a_lo * c_lo, a_lo * c_hi, a_hi * c_lo, a_hi * c_hi
-    ymid = y10 + (y00 >> _U32)
-    ymid2 = y01 + (ymid & _LOW32)
-    high0 = y11 + (ymid >> _U32) + (ymid2 >> _U32)
+    """(m * (hi * 2^64 + lo)) >> shift, for 64 < shift < 128 (the 192-bit product in 64-bit words)."""
+    high1 = _mul_hi64(m, hi)
+    low1 = m * hi
+    high0 = _mul_hi64(m, lo)
     total = high0 + low1
     if total < high0:
         high1 += _U1
@@ -270,10 +273,18 @@ def float_texts(values: np.ndarray) -> list:
 
 
 @_jit
-def _fill_block(ids, bits, blob, starts, buf):
+def _fill_block(ids, bits, blob, starts, buf, first):
+    """Lines ``first``, ... of ``ids`` into ``buf`` while they surely fit; (bytes written, next line)."""
     pos = 0
     lines, cols = ids.shape
-    for j in range(lines):
+    room = buf.shape[0]
+    for j in range(first, lines):
+        need = cols
+        for c in range(cols):
+            cell = ids[j, c]
+            need += starts[cell + 1] - starts[cell] if cell >= 0 else MAX_FLOAT_TEXT + 1
+        if pos + need > room:
+            return pos, j
         for c in range(cols):
             if c:
                 buf[pos] = 44               # ','
@@ -281,7 +292,8 @@ def _fill_block(ids, bits, blob, starts, buf):
             cell = ids[j, c]
             if cell >= 0:
                 lo, hi = starts[cell], starts[cell + 1]
-                buf[pos:pos + hi - lo] = blob[lo:hi]
+                for k in range(hi - lo):
+                    buf[pos + k] = blob[lo + k]
                 pos += hi - lo
             else:
                 pos = _put_float(buf, pos, bits[j, c])
@@ -290,7 +302,7 @@ def _fill_block(ids, bits, blob, starts, buf):
                     pos += 1
         buf[pos] = 10
         pos += 1
-    return pos
+    return pos, lines
 
 
 class TextTable:
@@ -338,17 +350,32 @@ class TextTable:
         return self._blob, self._starts
 
 
+class BlockWriter:
+    """CSV lines from cells given as text ids and floats, written into one buffer that is used again for every
+    block (the bytes of a block are valid until the next one is asked for)."""
+
+    def __init__(self, texts: TextTable, size: int = 1 << 24) -> None:
+        self.texts = texts
+        self.buf = np.empty(size, np.uint8)
+
+    def blocks(self, ids: np.ndarray, values: np.ndarray) -> Iterator:
+        """Memoryviews of the CSV lines, one per row of ``ids``: cell ``ids[j, c]`` is text ``ids[j, c]`` of the
+        table, or (FLOAT, PERCENT) the float ``values[j, c]`` as repr prints it (then ``%``); cells joined by
+        commas, each line ending in a newline."""
+        blob, starts = self.texts.arrays()
+        bits = values.view(np.uint64)
+        line = 0
+        while line < ids.shape[0]:
+            used, line_after = _fill_block(ids, bits, blob, starts, self.buf, line)
+            if line_after == line:            # one line longer than the buffer
+                self.buf = np.empty(2 * self.buf.size, np.uint8)
+                continue
+            line = line_after
+            yield memoryview(self.buf)[:used]
+
+
 def csv_block(ids: np.ndarray, values: np.ndarray, texts: TextTable) -> bytes:
-    """CSV lines, one per row of ``ids``: cell ``ids[j, c]`` is text ``ids[j, c]`` of ``texts``, or (FLOAT,
-    PERCENT) the float ``values[j, c]`` as repr prints it (with ``%``); cells joined by commas, each line ending
-    in a newline."""
-    blob, starts = texts.arrays()
-    ids = np.ascontiguousarray(ids, dtype=np.int64)
-    sizes = np.diff(starts)
-    text_cells = ids >= 0
-    bound = int(sizes[np.where(text_cells, ids, 0)][text_cells].sum()) + \
-        int((~text_cells).sum()) * (MAX_FLOAT_TEXT + 1) + ids.size + ids.shape[0]
-    buf = np.empty(bound, np.uint8)
-    bits = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
-    used = _fill_block(ids, bits, blob, starts, buf)
-    return buf[:used].tobytes()
+    """The lines of :meth:`BlockWriter.blocks` as one bytes object."""
+    writer = BlockWriter(texts, 1 << 16)
+    return b"".join(bytes(block) for block in writer.blocks(np.ascontiguousarray(ids, dtype=np.int64),
+                                                            np.ascontiguousarray(values, dtype=np.float64)))
