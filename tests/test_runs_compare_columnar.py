@@ -145,3 +145,50 @@ def test_awkward_pair(tmp_path, stack):
     assert any(line.golden is None for line in result.lines)
     assert {line.result for line in result.lines} >= {"error", "pass"}
     _check_same(tmp_path / "fuzzy", target, golden, fuzzy=True)
+
+
+def _rows_by_the_general_walk(data: dict) -> list:
+    """(name, matched name) of every row, each entry listed by entry_rows and renamed through split_key."""
+    from pytest_msprobe.runs_compare.rows import EntryError, entry_rows, split_key
+
+    out, seen = [], {}
+    for key, entry in data.items():
+        try:
+            listed = entry_rows(key, entry)
+        except EntryError:
+            continue
+        stem, call_dir, direction = split_key(key)
+        if not stem:
+            continue
+        renamed = key
+        if direction == "backward":
+            order = seen.get(stem, 0)
+            seen[stem] = order + 1
+            head, _, tail = call_dir.rpartition(".")
+            renamed = f"{stem}.{order if head.isdigit() else head}.{order if tail.isdigit() else tail}"
+        out += [(row.name, renamed + row.name[len(key):] if row.name.startswith(key) else row.name)
+                for row in listed]
+    return out
+
+
+def test_entry_keys_of_every_form_are_listed_and_renamed_alike():
+    item = {"input_args": [_tensor()], "output": [_tensor()]}
+    deep: dict = {"input_args": []}
+    node = deep["input_args"]
+    for _ in range(60):
+        node.append([])
+        node = node[0]
+    keys = ["Functional.linear.4.backward", "Functional.linear.00.backward", "Functional.linear.7.backward",
+            "Functional.linear.4.forward", ".0.forward", "0.backward", "x.forward", "A.b.0.parameters_grad",
+            "Module.m.Linear.forward.0", "Module.m.Linear.backward.1", "Tensor.add.x.backward",
+            "Tensor.add.1.backward", "Tensor.add.١.backward"]
+    data = {key: dict(item) for key in keys}
+    data["Functional.deep.0.forward"] = deep
+    data["Functional.odd.0.forward"] = [1, 2]
+    problems: list = []
+    rows = dump_rows(data, problems)
+    assert [(row.name, row.cmp) for row in rows] == _rows_by_the_general_walk(data)
+    assert any("Functional.deep.0.forward" in p for p in problems)
+    assert any("Functional.odd.0.forward" in p for p in problems)
+    assert ("Functional.linear.7.backward.input.0", "Functional.linear.2.backward.input.0") in \
+        [(row.name, row.cmp) for row in rows]
