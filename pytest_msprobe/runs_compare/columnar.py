@@ -105,18 +105,22 @@ class _Side:
             for i in [i for i, name in enumerate(names) if name[:1] in FORMULA_LEAD or _needs_quote(name)]:
                 names[i] = quote(_guarded(names[i]))
         self.name_base = texts.extend(names)
+        # the (dtype, shape, requires_grad) texts of a dump take few distinct values: each coded once
         dtypes, shapes, grads = columns
-        self.dtype_code = dtypes.of(list(map(_DTYPE, rows)))
-        self.shape_code = shapes.of(list(map(_SHAPE, rows)))
-        self.grad_code = grads.of(list(map(_GRAD, rows)))
+        texts_of = list(map(_TEXTS, rows))
+        kinds = {kind: i for i, kind in enumerate(set(texts_of))}
+        kind = np.fromiter(map(kinds.__getitem__, texts_of), np.int64, len(texts_of))
+        parts = list(zip(*kinds)) or [(), (), ()]
+        self.dtype_code, self.shape_code, self.grad_code = (
+            column.of(list(part))[kind] for column, part in zip(columns, parts))
         self.dtype, self.shape, self.grad = (dtypes.ids(self.dtype_code), shapes.ids(self.shape_code),
                                              grads.ids(self.grad_code))
 
 
 _LEADS = frozenset(FORMULA_LEAD)
 _FIRST = itemgetter(slice(0, 1))
-_STATS, _NAME, _DTYPE, _SHAPE, _GRAD, _KEY = (attrgetter(a) for a in ("stats", "name", "dtype", "shape", "grad",
-                                                                     "key"))
+_STATS, _NAME, _KEY = attrgetter("stats"), attrgetter("name"), attrgetter("key")
+_TEXTS = attrgetter("dtype", "shape", "grad")
 
 
 def _needs_quote(text: str) -> bool:
