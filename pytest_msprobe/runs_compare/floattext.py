@@ -48,7 +48,9 @@ def _tables() -> tuple:
 
 
 _POW5, _INV5 = _tables()
-_U0, _U1, _U2, _U4, _U5, _U10 = (np.uint64(v) for v in (0, 1, 2, 4, 5, 10))
+_POW10 = np.array([10 ** i for i in range(20)], np.uint64)
+_PAIRS = np.frombuffer("".join(f"{i:02d}" for i in range(100)).encode(), np.uint8).copy()   # "00" ... "99"
+_U0, _U1, _U2, _U4, _U5, _U10, _U100 = (np.uint64(v) for v in (0, 1, 2, 4, 5, 10, 100))
 _U52, _U63, _U64 = (np.uint64(v) for v in (52, 63, 64))
 _MANT = np.uint64((1 << 52) - 1)
 _HIDDEN = np.uint64(1 << 52)
@@ -180,6 +182,31 @@ def _put_text(buf, pos, text):
 
 
 @_inline
+def _count_digits(value):
+    count = 1
+    while count < 20 and value >= _POW10[count]:
+        count += 1
+    return count
+
+
+@_inline
+def _put_digits(buf, end, value, count):
+    """The ``count`` decimal digits of ``value`` written to end at ``buf[end]``, two at a time; ``end``."""
+    i = end
+    while count >= 2:
+        rest = value // _U100
+        pair = np.int64(value - rest * _U100) * 2
+        buf[i - 1] = _PAIRS[pair + 1]
+        buf[i - 2] = _PAIRS[pair]
+        value = rest
+        i -= 2
+        count -= 2
+    if count:
+        buf[i - 1] = 48 + np.uint8(value)
+    return end
+
+
+@_inline
 def _put_float(buf, pos, bits):
     """Write ``repr`` of the double with these bits at ``buf[pos]``; the position after it."""
     negative = (bits >> _U63) != _U0
@@ -194,11 +221,7 @@ def _put_float(buf, pos, bits):
     if mag == _U0:
         return _put_text(buf, pos, "0.0")
     digits, e10 = _digits(mag)
-    count = 1
-    scan = digits
-    while scan >= _U10:
-        scan //= _U10
-        count += 1
+    count = _count_digits(digits)
     point = e10 + count                     # value = 0.DIGITS * 10^point
     if -4 < point <= 16:
         if point <= 0:
@@ -208,20 +231,12 @@ def _put_float(buf, pos, bits):
             for _ in range(-point):
                 buf[pos] = 48
                 pos += 1
-            lead = count
-        else:
-            lead = point if point < count else count
-        # the digits, then the point moved into place
-        end = pos + count
-        for i in range(count):
-            buf[end - 1 - i] = 48 + np.uint8(digits % _U10)
-            digits //= _U10
-        if point <= 0:
-            return end
-        if point < count:
-            for i in range(end, pos + lead, -1):
+            return _put_digits(buf, pos + count, digits, count)
+        end = _put_digits(buf, pos + count, digits, count)
+        if point < count:                   # the point moved into place
+            for i in range(end, pos + point, -1):
                 buf[i] = buf[i - 1]
-            buf[pos + lead] = 46
+            buf[pos + point] = 46
             return end + 1
         for _ in range(point - count):
             buf[end] = 48
@@ -229,16 +244,15 @@ def _put_float(buf, pos, bits):
         buf[end] = 46
         buf[end + 1] = 48
         return end + 2
-    # scientific: d[.ddd]e+XX
+    # scientific: d[.ddd]e+XX (the digits written one place on, the first moved before the point)
     exp10 = point - 1
-    width = count + (1 if count > 1 else 0)
-    for i in range(count - 1):
-        buf[pos + width - 1 - i] = 48 + np.uint8(digits % _U10)
-        digits //= _U10
-    buf[pos] = 48 + np.uint8(digits)
+    _put_digits(buf, pos + 1 + count, digits, count)
+    buf[pos] = buf[pos + 1]
     if count > 1:
         buf[pos + 1] = 46
-    pos += width
+        pos += count + 1
+    else:
+        pos += 1
     buf[pos] = 101                          # 'e'
     buf[pos + 1] = 45 if exp10 < 0 else 43
     pos += 2
