@@ -105,22 +105,25 @@ class _Side:
             for i in [i for i, name in enumerate(names) if name[:1] in FORMULA_LEAD or _needs_quote(name)]:
                 names[i] = quote(_guarded(names[i]))
         self.name_base = texts.extend(names)
-        # the (dtype, shape, requires_grad) texts of a dump take few distinct values: each coded once
         dtypes, shapes, grads = columns
-        texts_of = list(map(_TEXTS, rows))
-        kinds = {kind: i for i, kind in enumerate(set(texts_of))}
-        kind = np.fromiter(map(kinds.__getitem__, texts_of), np.int64, len(texts_of))
-        parts = list(zip(*kinds)) or [(), (), ()]
-        self.dtype_code, self.shape_code, self.grad_code = (
-            column.of(list(part))[kind] for column, part in zip(columns, parts))
+        self.dtype_code = dtypes.of(list(map(_DTYPE, rows)))
+        self.shape_code = shapes.of(list(map(_SHAPE, rows)))
+        self.grad_code = grads.of(list(map(_GRAD, rows)))
         self.dtype, self.shape, self.grad = (dtypes.ids(self.dtype_code), shapes.ids(self.shape_code),
                                              grads.ids(self.grad_code))
 
 
 _LEADS = frozenset(FORMULA_LEAD)
 _FIRST = itemgetter(slice(0, 1))
-_STATS, _NAME, _KEY = attrgetter("stats"), attrgetter("name"), attrgetter("key")
-_TEXTS = attrgetter("dtype", "shape", "grad")
+_STATS, _NAME, _DTYPE, _SHAPE, _GRAD, _KEY = (attrgetter(a) for a in ("stats", "name", "dtype", "shape", "grad",
+                                                                     "key"))
+
+
+def _rows_at(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``values[idx]``, without the copy where ``idx`` takes every row in order (the common pairing)."""
+    if len(idx) == len(values) and (len(idx) == 0 or (idx[0] == 0 and (np.diff(idx) == 1).all())):
+        return values
+    return values[idx]
 
 
 def _needs_quote(text: str) -> bool:
@@ -148,11 +151,13 @@ class StatTable:
         self.matched = gi >= 0
         gsafe = np.where(self.matched, gi, 0)
         self.gsafe = gsafe
-        tv, gv = self.t.vals[ti], self.g.vals[gsafe]
+        tv, gv = _rows_at(self.t.vals, ti), _rows_at(self.g.vals, gsafe)
         self.fast = self.t.fin_row[ti] & self.g.fin_row[gsafe] & self.matched
         with np.errstate(all="ignore"):
             diff = tv - gv
-            rel = np.abs(diff / gv * 100)
+            rel = np.divide(diff, gv)
+            rel *= 100
+            np.abs(rel, out=rel)
         same = (tv == gv) & ((tv != 0) | (np.signbit(tv) == np.signbit(gv)))
         self.diff, self.rel, self.same, self.gzero = diff, rel, same, gv == 0
         self.rel7 = np.zeros(n)              # NormRelativeErr as table._percent reads it
