@@ -109,6 +109,12 @@ def _awkward(golden: bool) -> dict:
         "Tensor.add.0.forward": {"input_args": [_tensor(), {"type": "slice", "value": [0, 2, None]}],
                                  "output": [_tensor(Mean=0.25 if golden else 0.5, Norm=3.0 if golden else 5.0)]},
         "Tensor.add.0.backward": {"input": [_tensor(Norm=5.0)], "output": [_tensor(), None]},
+        # names, dtypes and requires_grad texts beyond ASCII; floats at the ends of the double range and where
+        # repr changes notation
+        "Functional.ünï_αβ.0.forward": {
+            "input_args": [_tensor(Max=5e-324, Min=-1.7976931348623157e308, Mean=1e16 if golden else 1e15,
+                                   Norm=1e-05 if golden else 0.0001, dtype="torch.flöat32")],
+            "output": [_tensor(requires_grad="ja" if golden else "nein", Max=123456789.0, Min=-2.5e-300)]},
     }
     if golden:
         data["Tensor.dup.0.forward"] = {"input_args": [_tensor(data_name="Tensor.same.0.forward.input.0.pt")]}
@@ -129,7 +135,8 @@ def _write(root: str, data: dict, stack: bool) -> str:
     if stack:
         with open(os.path.join(root, "stack.json"), "w") as fh:
             json.dump({"0": [["Functional.linear.0.forward", "Tensor.add.0.forward"],
-                             ['File "a.py", line 1, in f', 'x = "q", y']]}, fh)
+                             ['File "a.py", line 1, in f', 'x = "q", y']],
+                       "1": [["Functional.ünï_αβ.0.forward"], ['File "ü.py", line 2, in g', "y = 'ß'"]]}, fh)
     return path
 
 
