@@ -109,6 +109,12 @@ def _awkward(golden: bool) -> dict:
         "Tensor.add.0.forward": {"input_args": [_tensor(), {"type": "slice", "value": [0, 2, None]}],
                                  "output": [_tensor(Mean=0.25 if golden else 0.5, Norm=3.0 if golden else 5.0)]},
         "Tensor.add.0.backward": {"input": [_tensor(Norm=5.0)], "output": [_tensor(), None]},
+        # names, dtypes and requires_grad texts beyond ASCII; floats at the ends of the double range and where
+        # repr changes notation
+        "Functional.ünï_αβ.0.forward": {
+            "input_args": [_tensor(Max=5e-324, Min=-1.7976931348623157e308, Mean=1e16 if golden else 1e15,
+                                   Norm=1e-05 if golden else 0.0001, dtype="torch.flöat32")],
+            "output": [_tensor(requires_grad="ja" if golden else "nein", Max=123456789.0, Min=-2.5e-300)]},
     }
     if golden:
         data["Tensor.dup.0.forward"] = {"input_args": [_tensor(data_name="Tensor.same.0.forward.input.0.pt")]}
@@ -129,7 +135,8 @@ def _write(root: str, data: dict, stack: bool) -> str:
     if stack:
         with open(os.path.join(root, "stack.json"), "w") as fh:
             json.dump({"0": [["Functional.linear.0.forward", "Tensor.add.0.forward"],
-                             ['File "a.py", line 1, in f', 'x = "q", y']]}, fh)
+                             ['File "a.py", line 1, in f', 'x = "q", y']],
+                       "1": [["Functional.ünï_αβ.0.forward"], ['File "ü.py", line 2, in g', "y = 'ß'"]]}, fh)
     return path
 
 
@@ -145,3 +152,50 @@ def test_awkward_pair(tmp_path, stack):
     assert any(line.golden is None for line in result.lines)
     assert {line.result for line in result.lines} >= {"error", "pass"}
     _check_same(tmp_path / "fuzzy", target, golden, fuzzy=True)
+
+
+def _rows_by_the_general_walk(data: dict) -> list:
+    """(name, matched name) of every row, each entry listed by entry_rows and renamed through split_key."""
+    from pytest_msprobe.runs_compare.rows import EntryError, entry_rows, split_key
+
+    out, seen = [], {}
+    for key, entry in data.items():
+        try:
+            listed = entry_rows(key, entry)
+        except EntryError:
+            continue
+        stem, call_dir, direction = split_key(key)
+        if not stem:
+            continue
+        renamed = key
+        if direction == "backward":
+            order = seen.get(stem, 0)
+            seen[stem] = order + 1
+            head, _, tail = call_dir.rpartition(".")
+            renamed = f"{stem}.{order if head.isdigit() else head}.{order if tail.isdigit() else tail}"
+        out += [(row.name, renamed + row.name[len(key):] if row.name.startswith(key) else row.name)
+                for row in listed]
+    return out
+
+
+def test_entry_keys_of_every_form_are_listed_and_renamed_alike():
+    item = {"input_args": [_tensor()], "output": [_tensor()]}
+    deep: dict = {"input_args": []}
+    node = deep["input_args"]
+    for _ in range(60):
+        node.append([])
+        node = node[0]
+    keys = ["Functional.linear.4.backward", "Functional.linear.00.backward", "Functional.linear.7.backward",
+            "Functional.linear.4.forward", ".0.forward", "0.backward", "x.forward", "A.b.0.parameters_grad",
+            "Module.m.Linear.forward.0", "Module.m.Linear.backward.1", "Tensor.add.x.backward",
+            "Tensor.add.1.backward", "Tensor.add.١.backward"]
+    data = {key: dict(item) for key in keys}
+    data["Functional.deep.0.forward"] = deep
+    data["Functional.odd.0.forward"] = [1, 2]
+    problems: list = []
+    rows = dump_rows(data, problems)
+    assert [(row.name, row.cmp) for row in rows] == _rows_by_the_general_walk(data)
+    assert any("Functional.deep.0.forward" in p for p in problems)
+    assert any("Functional.odd.0.forward" in p for p in problems)
+    assert ("Functional.linear.7.backward.input.0", "Functional.linear.2.backward.input.0") in \
+        [(row.name, row.cmp) for row in rows]

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Iterator
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
+from typing import Any, Iterator
 
 import numpy as np
 
 from dumpers.csvcell import FORMULA_LEAD
 
 from ..precision.verdict import ERROR, PASS, WARNING
-from . import cells, table
+from . import cells, floattext, table
 from .rows import NA
 
 CHUNK = 32768                       # lines formatted per pass
@@ -44,14 +46,41 @@ def _guarded(text: str) -> str:
     return text
 
 
+class _Codes:
+    """Distinct raw texts of a column (both sides) numbered, with the id of each one's CSV text."""
+
+    def __init__(self, texts: floattext.TextTable, guard: bool) -> None:
+        self.texts, self.guard = texts, guard
+        self.code: dict = {}
+        self.raw: list = []
+        self.text_id: list = []
+
+    def of(self, values: list) -> np.ndarray:
+        """The code of each value (new values numbered as they come)."""
+        code = self.code
+        for v in set(values).difference(code):
+            code[v] = len(self.raw)
+            self.raw.append(v)
+            self.text_id.append(self.texts.id(quote(_guarded(v) if self.guard else v)))
+        return np.fromiter(map(code.__getitem__, values), np.int64, len(values))
+
+    def ids(self, codes: np.ndarray) -> np.ndarray:
+        return np.array(self.text_id, np.int64)[codes]
+
+    def flags(self, test: Any) -> np.ndarray:
+        """``test(raw)`` of every code."""
+        return np.fromiter(map(test, self.raw), bool, len(self.raw))
+
+
 class _Side:
     """One side's rows as columns: the raw statistics (flat, four per row), their float values where they are
-    floats (NaN elsewhere), which are finite floats, and the CSV texts of the name, dtype, shape and
-    requires_grad cells (guarded and quoted once per distinct text)."""
+    floats (NaN elsewhere), which are finite floats; the codes of the dtype, shape and requires_grad texts, and
+    the ids in the text table of the CSV texts of the name, dtype, shape and requires_grad cells and of the
+    statistics that are not finite floats (-1: a float)."""
 
-    def __init__(self, rows: list) -> None:
+    def __init__(self, rows: list, texts: floattext.TextTable, columns: tuple) -> None:
         self.rows = rows
-        flat = [v for row in rows for v in row.stats]
+        flat = list(chain.from_iterable(map(_STATS, rows)))
         n = len(flat)
         self.flat = flat
         if set(map(type, flat)) <= {float}:                  # the common case: every statistic a float
@@ -62,33 +91,43 @@ class _Side:
             self.vals = np.fromiter((v if type(v) is float else math.nan for v in flat), float, n).reshape(-1, 4)
         self.fin = self.isfloat & np.isfinite(self.vals)
         self.fin_row = self.fin.all(axis=1)
-        self.odd: dict = {}                  # (row, statistic) -> cell text, where not a finite float
+        self.stat_id = None                 # the text id of each statistic that is not a finite float
         if not self.fin.all():
+            self.stat_id = np.full((n // 4, 4), floattext.FLOAT, np.int64)
             for i, k in zip(*np.nonzero(~self.fin)):
                 v = flat[4 * int(i) + int(k)]
-                self.odd[int(i), int(k)] = quote(v if type(v) is str else cells.cell_text(v))
-        names = [row.name for row in rows]
-        self.name = np.array(names, dtype=object)
+                self.stat_id[i, k] = texts.id(quote(v if type(v) is str else cells.cell_text(v)))
+        names = list(map(_NAME, rows))
+        self.out = np.fromiter(map(str.__contains__, names, repeat(".output.")), bool, len(names))
         joined = "\0".join(names)
-        special = any(ch in joined for ch in _SPECIAL)        # one scan of all names for the rare quoting
-        bad = [i for i, name in enumerate(names) if name[:1] in FORMULA_LEAD or special and _needs_quote(name)]
-        for i in bad:
-            self.name[i] = quote(_guarded(names[i]))
-        self.dtype = _texts([row.dtype for row in rows], True)
-        self.shape = _texts([row.shape for row in rows], False)
-        self.grad_raw = np.array([row.grad for row in rows], dtype=object)
-        self.grad = _texts(self.grad_raw.tolist(), False)
+        # one scan of all names for the characters that need quoting, one set of their first characters
+        if any(ch in joined for ch in _SPECIAL) or not _LEADS.isdisjoint(map(_FIRST, names)):
+            for i in [i for i, name in enumerate(names) if name[:1] in FORMULA_LEAD or _needs_quote(name)]:
+                names[i] = quote(_guarded(names[i]))
+        self.name_base = texts.extend(names)
+        dtypes, shapes, grads = columns
+        self.dtype_code = dtypes.of(list(map(_DTYPE, rows)))
+        self.shape_code = shapes.of(list(map(_SHAPE, rows)))
+        self.grad_code = grads.of(list(map(_GRAD, rows)))
+        self.dtype, self.shape, self.grad = (dtypes.ids(self.dtype_code), shapes.ids(self.shape_code),
+                                             grads.ids(self.grad_code))
+
+
+_LEADS = frozenset(FORMULA_LEAD)
+_FIRST = itemgetter(slice(0, 1))
+_STATS, _NAME, _DTYPE, _SHAPE, _GRAD, _KEY = (attrgetter(a) for a in ("stats", "name", "dtype", "shape", "grad",
+                                                                     "key"))
+
+
+def _rows_at(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``values[idx]``, without the copy where ``idx`` takes every row in order (the common pairing)."""
+    if len(idx) == len(values) and (len(idx) == 0 or (idx[0] == 0 and (np.diff(idx) == 1).all())):
+        return values
+    return values[idx]
 
 
 def _needs_quote(text: str) -> bool:
     return any(ch in text for ch in _SPECIAL)
-
-
-def _texts(values: list, guard: bool) -> np.ndarray:
-    """An object array of cell texts of a low-cardinality column (each distinct text guarded/quoted once)."""
-    seen: dict = {}
-    out = [seen[v] if v in seen else seen.setdefault(v, quote(_guarded(v) if guard else v)) for v in values]
-    return np.array(out, dtype=object)
 
 
 def _numeric_percent(text: str) -> float:
@@ -103,18 +142,22 @@ class StatTable:
     """A statistics compare of one pair: ``ti`` and ``gi`` (-1: no golden row) index the two sides' rows."""
 
     def __init__(self, t_rows: list, g_rows: list, ti: np.ndarray, gi: np.ndarray, stacks: dict | None) -> None:
-        self.t, self.g = _Side(t_rows), _Side(g_rows)
+        self.texts = floattext.TextTable()
+        self.codes = (_Codes(self.texts, True), _Codes(self.texts, False), _Codes(self.texts, False))
+        self.t, self.g = _Side(t_rows, self.texts, self.codes), _Side(g_rows, self.texts, self.codes)
         self.ti, self.gi = ti, gi
         self.stacks = stacks                # line index -> stack text (first line of each call), None: no stack
         n = len(ti)
         self.matched = gi >= 0
         gsafe = np.where(self.matched, gi, 0)
         self.gsafe = gsafe
-        tv, gv = self.t.vals[ti], self.g.vals[gsafe]
+        tv, gv = _rows_at(self.t.vals, ti), _rows_at(self.g.vals, gsafe)
         self.fast = self.t.fin_row[ti] & self.g.fin_row[gsafe] & self.matched
         with np.errstate(all="ignore"):
             diff = tv - gv
-            rel = np.abs(diff / gv * 100)
+            rel = np.divide(diff, gv)
+            rel *= 100
+            np.abs(rel, out=rel)
         same = (tv == gv) & ((tv != 0) | (np.signbit(tv) == np.signbit(gv)))
         self.diff, self.rel, self.same, self.gzero = diff, rel, same, gv == 0
         self.rel7 = np.zeros(n)              # NormRelativeErr as table._percent reads it
@@ -134,6 +177,7 @@ class StatTable:
             self.ext7[j] = _numeric_percent(value)
         self.ext7 = np.where(np.isnan(self.ext7), 0.0, self.ext7)
         self.flags = self._check()
+        self.ids: dict | None = None            # the CSV's fixed text ids, once it is written
 
     def __len__(self) -> int:
         return len(self.ti)
@@ -150,29 +194,28 @@ class StatTable:
         self.out, self.group_starts = np.zeros(0, bool), np.zeros(0, np.int64)
         if n == 0:
             return flags
-        t_rows, g_rows = self.t.rows, self.g.rows
-        ti, gi = self.ti.tolist(), self.gi.tolist()
-        out = np.fromiter((".output." in t_rows[i].name for i in ti), bool, n)
-        keys = [t_rows[i].key for i in ti]
-        starts = [0] + [j for j in range(1, n) if keys[j] is not keys[j - 1] and keys[j] != keys[j - 1]]
+        t_rows, g_rows, t, g = self.t.rows, self.g.rows, self.t, self.g
+        ti, gs = self.ti, self.gsafe
+        out = t.out[ti]
+        # calls: the lines of one entry key are consecutive, and share the key's object (dict keys are unique)
+        keys = list(map(_KEY, map(t_rows.__getitem__, ti.tolist())))
+        key_id = np.fromiter(map(id, keys), np.int64, n)
+        change = (np.nonzero(key_id[1:] != key_id[:-1])[0] + 1).tolist()
+        starts = [0] + [j for j in change if keys[j] != keys[j - 1]]
         starts_a = np.array(starts)
         group = np.zeros(n, np.int64)
         group[starts_a[1:]] = 1
         group = np.cumsum(group)
         # the call's ignore rule, from its first input row
         ignore = np.zeros(len(starts), np.int64)          # 0 none, 1 inputs, 2 all
-        first_in = np.full(len(starts), -1)
         inputs_at = np.nonzero(~out)[0]
         if inputs_at.size:
-            g_of = group[inputs_at]
-            firsts = np.unique(g_of, return_index=True)
-            first_in[firsts[0]] = inputs_at[firsts[1]]
-        for c, j in enumerate(first_in.tolist()):
-            if j < 0:
-                continue
-            parts = t_rows[ti[j]].name.split(".")
-            if len(parts) >= 2:
-                ignore[c] = 2 if parts[1] in table.IGNORED_APIS else 1 if parts[1] in table.INPUT_IGNORED_APIS else 0
+            firsts = np.unique(group[inputs_at], return_index=True)
+            for c, j in zip(firsts[0].tolist(), inputs_at[firsts[1]].tolist()):
+                parts = t_rows[ti[j]].name.split(".", 2)
+                if len(parts) >= 2:
+                    api = parts[1]
+                    ignore[c] = 2 if api in table.IGNORED_APIS else 1 if api in table.INPUT_IGNORED_APIS else 0
         ign = ignore[group]
         checked = (ign == 0) | ((ign == 1) & out)
         whole = ign == 0
@@ -188,22 +231,24 @@ class StatTable:
         np.maximum.at(out_ext, group[out], self.ext7[out])
         small_in = np.abs(in_ext) < 0.1
         flags |= (whole & out & small_in[group] & (np.abs(self.rel7) > 0.5)).astype(np.int64) << 1
-        # requires_grad, scalar parameters, dtype, shape: text comparisons per matched line
-        for j in np.nonzero(matched & (checked | whole))[0].tolist():
-            t, g = t_rows[ti[j]], g_rows[gi[j]]
-            bits = 0
-            if checked[j]:
-                if t.grad and g.grad and t.grad != g.grad:
-                    bits |= 1 << 2
-                if t.dtype != g.dtype and "qkv" not in g.name and "gate_up" not in g.name:
-                    bits |= 1 << 4
-                if t.shape != g.shape:
-                    bits |= 1 << 5
-            if whole[j] and not out[j] and "class" in t.dtype and "class" in g.dtype and t.shape == "[]" \
-                    and t.stats[0] != g.stats[0]:
-                bits |= 1 << 3
-            if bits:
-                flags[j] |= bits
+        # requires_grad, scalar parameters, dtype, shape: the texts compared through their codes
+        dtypes, shapes, grads = self.codes
+        rule = matched & checked
+        t_grad, g_grad = t.grad_code[ti], g.grad_code[gs]
+        filled = grads.flags(bool)
+        flags |= (rule & filled[t_grad] & filled[g_grad] & (t_grad != g_grad)).astype(np.int64) << 2
+        t_dtype, g_dtype = t.dtype_code[ti], g.dtype_code[gs]
+        for j in np.nonzero(rule & (t_dtype != g_dtype))[0].tolist():
+            name = g_rows[gs[j]].name
+            if "qkv" not in name and "gate_up" not in name:
+                flags[j] |= 1 << 4
+        flags |= (rule & (t.shape_code[ti] != g.shape_code[gs])).astype(np.int64) << 5
+        is_class = dtypes.flags(lambda text: "class" in text)
+        scalar = (matched & whole & ~out & is_class[t_dtype] & is_class[g_dtype]
+                  & shapes.flags(lambda text: text == "[]")[t.shape_code[ti]])
+        for j in np.nonzero(scalar)[0].tolist():
+            if t_rows[ti[j]].stats[0] != g_rows[gs[j]].stats[0]:
+                flags[j] |= 1 << 3
         # the output's norm relative error ten times its inputs': the call's first output line
         rin, rout = np.abs(in_ext), np.abs(out_ext)
         with np.errstate(all="ignore"):
@@ -245,74 +290,73 @@ class StatTable:
         return result, messages
 
     # ---------------------------------------------------------------- cells
-    def _numbers(self, lo: int, hi: int) -> tuple:
-        """(metric texts, target statistic texts, golden statistic texts) of lines ``lo:hi`` as string arrays,
-        every float formatted in one pass (numpy's shortest round-trip text, which is ``repr``'s)."""
-        ti, gi = self.ti[lo:hi], self.gsafe[lo:hi]
-        m = hi - lo
-        num = np.empty((m, 16))
-        num[:, :4], num[:, 4:8] = self.diff[lo:hi], self.rel[lo:hi]
-        num[:, 8:12], num[:, 12:16] = self.t.vals[ti], self.g.vals[gi]
-        text = num.astype("U25")
-        codes = text.view(np.uint32).reshape(m, 16, 25)
-        rel = codes[:, 4:8]
-        at = (rel == 0).argmax(axis=2)                      # the first free place: append "%"
-        np.put_along_axis(rel, at[:, :, None], ord("%"), axis=2)
-        same, gzero = self.same[lo:hi], self.gzero[lo:hi]
-        diff_t = np.where(same, "0", text[:, :4])
-        rel_t = np.where(same, "0", np.where(gzero, "inf", text[:, 4:8]))
-        return np.concatenate([diff_t, rel_t], axis=1), text[:, 8:12], text[:, 12:16]
-
     def metrics(self, lo: int, hi: int) -> list:
         """The eight metric cell texts of each of lines ``lo:hi``."""
-        texts = self._numbers(lo, hi)[0].tolist()
+        m = hi - lo
+        same, gzero = self.same[lo:hi], self.gzero[lo:hi]
+        diff = np.array(floattext.float_texts(self.diff[lo:hi]), dtype=object).reshape(m, 4)
+        rel = np.array([t + "%" for t in floattext.float_texts(self.rel[lo:hi])], dtype=object).reshape(m, 4)
+        texts = np.concatenate([np.where(same, "0", diff), np.where(same, "0", np.where(gzero, "inf", rel))],
+                               axis=1).tolist()
         for j in np.nonzero(~self.fast[lo:hi])[0].tolist():
             texts[j] = list(self._slow[lo + j])
         return texts
 
-    def csv_lines(self, lo: int, hi: int, stack: bool) -> str:
-        """The CSV text of lines ``lo:hi`` (each ending in a newline): the cells as columns of one object array,
-        joined line by line."""
-        m = hi - lo
-        ti, gi, gs = self.ti[lo:hi], self.gi[lo:hi], self.gsafe[lo:hi]
-        matched = gi >= 0
-        t, g = self.t, self.g
-        metrics, t_stats, g_stats = self._numbers(lo, hi)
-        cols = 28 if stack else 27
-        out = np.empty((m, cols), dtype=object)
-        out[:, 0] = t.name[ti]
-        out[:, 1] = np.where(matched, g.name[gs], NA)
-        out[:, 2] = t.dtype[ti]
-        out[:, 3] = np.where(matched, g.dtype[gs], NA)
-        out[:, 4] = t.shape[ti]
-        out[:, 5] = np.where(matched, g.shape[gs], NA)
-        out[:, 6] = t.grad[ti]
-        out[:, 7] = np.where(matched, g.grad[gs], NA)
-        out[:, 8:16] = metrics
-        out[:, 16:20] = t_stats
-        out[:, 20:24] = np.where(matched[:, None], g_stats, NA)
-        same_grad = t.grad_raw[ti] == np.where(matched, g.grad_raw[gs], NA)
-        out[:, 24] = np.where(same_grad.astype(bool), "True", "False")
-        codes, inverse = np.unique(self.flags[lo:hi], return_inverse=True)
+    def _csv_ids(self) -> None:
+        """Every text the CSV needs beyond the rows' own, added to the table once: the fixed texts, the metric
+        texts of the lines not computed over the columns, each line's Result and Err_message, the stacks."""
+        texts = self.texts
+        self.ids = {text: texts.id(text) for text in (NA, "0", "inf", "True", "False")}
+        n = len(self)
+        self.slow_ids = {j: [texts.id(text) for text in metrics] for j, metrics in self._slow.items()}
+        codes, inverse = np.unique(self.flags, return_inverse=True)
         verdicts = [self.verdict(int(c)) for c in codes]
-        out[:, 25] = np.array([v[0] for v in verdicts], dtype=object)[inverse]
-        out[:, 26] = np.array([quote(json.dumps(v[1])) for v in verdicts], dtype=object)[inverse]
-        if stack:
-            out[:, 27] = NA
-            for j, text in (self.stacks or {}).items():
-                if lo <= j < hi:
-                    out[j - lo, 27] = quote(text)
-        for j in np.nonzero(~self.fast[lo:hi])[0].tolist():
-            out[j, 8:16] = self._slow[lo + j]
-        for side, idx, first in ((t, ti, 16), (g, gs, 20)):
-            if side.odd:
-                rows = idx.tolist()
-                for j in np.nonzero(~side.fin_row[idx] & (matched if side is g else True))[0].tolist():
-                    for k in range(4):
-                        text = side.odd.get((rows[j], k))
-                        if text is not None:
-                            out[j, first + k] = text
-        return "\n".join(map(",".join, out.tolist())) + "\n"
+        self.result_ids = np.array([texts.id(v[0]) for v in verdicts], np.int64)[inverse.reshape(-1)]
+        self.message_ids = np.array([texts.id(quote(json.dumps(v[1]))) for v in verdicts],
+                                    np.int64)[inverse.reshape(-1)]
+        self.stack_ids = np.full(n, self.ids[NA], np.int64)
+        for j, text in (self.stacks or {}).items():
+            self.stack_ids[j] = texts.id(quote(text))
+
+    def csv_chunks(self, stack: bool) -> Iterator:
+        """The CSV bytes of every line (each ending in a newline), a block at a time: the cells of ``CHUNK``
+        lines as text ids and floats, written by :class:`.floattext.BlockWriter` (the arrays and the buffer
+        used again for each chunk; a block is valid until the next one is asked for)."""
+        if self.ids is None:
+            self._csv_ids()
+        writer = floattext.BlockWriter(self.texts)
+        t, g, fixed = self.t, self.g, self.ids
+        na = fixed[NA]
+        size = min(CHUNK, len(self))
+        id_buf = np.empty((size, 28 if stack else 27), np.int64)
+        value_buf = np.zeros(id_buf.shape)
+        for lo in range(0, len(self), CHUNK):
+            hi = min(lo + CHUNK, len(self))
+            ids, values = id_buf[:hi - lo], value_buf[:hi - lo]
+            ti, gi, gs = self.ti[lo:hi], self.gi[lo:hi], self.gsafe[lo:hi]
+            matched = gi >= 0
+            ids[:, 0] = t.name_base + ti
+            ids[:, 1] = np.where(matched, g.name_base + gs, na)
+            for col, t_ids, g_ids in ((2, t.dtype, g.dtype), (4, t.shape, g.shape), (6, t.grad, g.grad)):
+                ids[:, col] = t_ids[ti]
+                ids[:, col + 1] = np.where(matched, g_ids[gs], na)
+            same, gzero = self.same[lo:hi], self.gzero[lo:hi]
+            ids[:, 8:12] = np.where(same, fixed["0"], floattext.FLOAT)
+            ids[:, 12:16] = np.where(same, fixed["0"], np.where(gzero, fixed["inf"], floattext.PERCENT))
+            values[:, 8:12], values[:, 12:16] = self.diff[lo:hi], self.rel[lo:hi]
+            for j in np.nonzero(~self.fast[lo:hi])[0].tolist():
+                ids[j, 8:16] = self.slow_ids[lo + j]
+            ids[:, 16:20] = t.stat_id[ti] if t.stat_id is not None else floattext.FLOAT
+            values[:, 16:20] = t.vals[ti]
+            g_stats = g.stat_id[gs] if g.stat_id is not None else floattext.FLOAT
+            ids[:, 20:24] = np.where(matched[:, None], g_stats, na)
+            values[:, 20:24] = g.vals[gs]
+            consistent = t.grad[ti] == np.where(matched, g.grad[gs], na)
+            ids[:, 24] = np.where(consistent, fixed["True"], fixed["False"])
+            ids[:, 25], ids[:, 26] = self.result_ids[lo:hi], self.message_ids[lo:hi]
+            if stack:
+                ids[:, 27] = self.stack_ids[lo:hi]
+            yield from writer.blocks(ids, values)
 
     def lines(self, lo: int, hi: int) -> list:
         """Lines ``lo:hi`` as :class:`.table.Line` objects."""

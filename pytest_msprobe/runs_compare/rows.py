@@ -173,10 +173,16 @@ def entry_rows(key: str, entry: Any) -> list:
     if not isinstance(entry, dict):
         raise EntryError(f"{key}: the entry must be an object, got {type(entry).__name__}")
     parts = key.split(".")
-    out: list = []
     if parts[-1] == PARAMS_GRAD or (len(parts) >= 2 and parts[-2] == PARAMS_GRAD):
+        out: list = []
         _walk(entry, key, key, PARAMS_GRAD, out, 0, True)
         return out
+    return _body_rows(key, entry)
+
+
+def _body_rows(key: str, entry: dict) -> list:
+    """The rows of an entry that is not parameter gradients."""
+    out: list = []
     for body, suffix, state in BODY_KEYS:
         if body in entry:
             _walk(entry[body], key + suffix, key, state, out, 0, False)
@@ -204,8 +210,26 @@ def dump_rows(data: dict, problems: list) -> list:
     call index replaced by the position of that entry among the API's backward entries). An entry that
     cannot be listed is left out and its reason appended to ``problems``."""
     rows: list = []
+    extend = rows.extend
     backward_seen: dict = {}
     for key, entry in data.items():
+        head, _, direction = key.rpartition(".")
+        stem, _, index = head.rpartition(".")
+        if ((direction == fmt.FORWARD or direction == fmt.BACKWARD) and stem and index.isdigit()
+                and type(entry) is dict):
+            # the common key, ``{stem}.{index}.{direction}``: what split_key gives, without its general walk
+            try:
+                listed = _body_rows(key, entry)
+            except EntryError as exc:
+                problems.append(str(exc))
+                continue
+            if direction == fmt.BACKWARD:
+                order = backward_seen.get(stem, 0)
+                backward_seen[stem] = order + 1
+                if str(order) != index:
+                    _rename(listed, key, f"{stem}.{order}.{direction}")
+            extend(listed)
+            continue
         try:
             listed = entry_rows(key, entry)
         except EntryError as exc:
@@ -224,7 +248,15 @@ def dump_rows(data: dict, problems: list) -> list:
                 tail = str(order)
             renamed = f"{stem}.{head}.{tail}"
             if renamed != key:
-                for row in listed:
-                    row.cmp = renamed + row.name[len(key):] if row.name.startswith(key) else row.name
-        rows.extend(listed)
+                _rename(listed, key, renamed)
+        extend(listed)
     return rows
+
+
+def _rename(listed: list, key: str, renamed: str) -> None:
+    """The names matched in exact mode of an entry's rows whose key is matched as ``renamed``."""
+    size = len(key)
+    for row in listed:
+        name = row.name
+        if name.startswith(key):
+            row.cmp = renamed + name[size:]

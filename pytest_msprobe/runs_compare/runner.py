@@ -142,8 +142,7 @@ def _statistics_csv(tab: columnar.StatTable, mode: str, stack: bool) -> Iterator
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerow(table.header(mode, stack))
     yield buf.getvalue().encode()
-    for lo in range(0, len(tab), columnar.CHUNK):
-        yield tab.csv_lines(lo, min(lo + columnar.CHUNK, len(tab)), stack).encode()
+    yield from tab.csv_chunks(stack)
 
 
 def timestamp() -> str:
