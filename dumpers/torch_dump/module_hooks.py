@@ -19,8 +19,12 @@ import torch
 from dumpers import format as fmt
 from dumpers.torch_dump.session import OPTIMIZER_NODE, DumpSession
 
+# torch's notes on the full backward hooks the dump registers on every submodule; the user can act on neither (a
+# module returning a model-output object, as transformers' models do, has no backward entry, as with msprobe)
 warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed with respect "
                                           "to module outputs since no inputs require gradients")
+warnings.filterwarnings("ignore", message="For backward hooks to be called, module output should be a Tensor or a "
+                                          "tuple of Tensors")
 
 
 _WRAPPER_NAME = "OptimizedModule"   # that class's name (tests/test_dumper_compile.py holds it for the torch installed)
