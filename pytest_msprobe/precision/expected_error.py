@@ -208,6 +208,26 @@ def _profile_array(x: Any) -> _Profile:
     return _Profile(n, tuple(a.shape), math.sqrt(sq / n), peak, absum / n, total / n)
 
 
+class _LazyProfile:
+    """The :class:`_Profile` of an array, measured when the model first asks for a magnitude (most calls need
+    those of their output alone) and kept in ``memo`` under the array's identity; its shape needs no
+    measuring. The array may be anything :func:`numpy.asarray` converts on demand."""
+
+    __slots__ = ("array", "memo", "shape")
+
+    def __init__(self, array: Any, memo: dict) -> None:
+        self.array, self.memo, self.shape = array, memo, tuple(np.shape(array))
+
+    def profile(self) -> _Profile:
+        key = id(self.array)
+        if key not in self.memo:
+            self.memo[key] = _profile_array(self.array)
+        return self.memo[key]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.profile(), name)
+
+
 def _profile_stat(s: TensorStat | Mapping) -> _Profile:
     if not isinstance(s, TensorStat):
         s = TensorStat.from_dump(s)
@@ -392,8 +412,6 @@ def _model(api_name: str, dtype: Any, profiles: list, out: _Profile, n: int, *, 
         return Expected(0.0, 0.0, 0.0, out.max_abs, n, 0.0, family, f"{_canonical(dtype)}: exact arithmetic")
     eps_in = max(float(input_rel_error or 0.0), unit_roundoff(input_dtype) if input_dtype is not None else 0.0)
     first, second = _operands(api, fam, profiles, direction, index, grad)
-    term_ms = (first.rms ** 2 if first is not None else out.rms ** 2 / max(1, n)) * (
-        second.rms ** 2 if second is not None else 1.0)
     summed = fam in (GEMM, REDUCTION) or (direction == "backward" and n > 1)
     order = ""
     lam = _lam(out.numel)
@@ -404,6 +422,8 @@ def _model(api_name: str, dtype: Any, profiles: list, out: _Profile, n: int, *, 
     relative_sigma = False
     same_in_both = 0.0
     if summed:
+        term_ms = (first.rms ** 2 if first is not None else out.rms ** 2 / max(1, n)) * (
+            second.rms ** 2 if second is not None else 1.0)
         q = n * term_ms
         s_max, s_typ = out.max_abs, out.rms
         is_mean = api in MEANS and direction == "forward"
@@ -503,20 +523,14 @@ def expected_error(api_name: str, dtype: Any, inputs: Sequence, output: Any, *,
             gradient) are measured once (keyed by the arrays' identity; keep the arrays alive meanwhile).
     """
     memo = cache if cache is not None else {}
-
-    def prof(a: Any) -> _Profile:
-        key = id(a)
-        if key not in memo:
-            memo[key] = _profile_array(a)
-        return memo[key]
     arrays = [a for a in inputs if isinstance(a, np.ndarray) or (hasattr(a, "shape") and hasattr(a, "dtype")
                                                                     and not isinstance(a, (str, bytes)))]
     out = _profile_array(output)
-    grad = prof(grad_output) if grad_output is not None else None
+    grad = _LazyProfile(grad_output, memo) if grad_output is not None else None
     n = reduction_length if reduction_length is not None else _length(
         api_name, [a.shape for a in arrays], kwargs, output_shape=out.shape, direction=direction, index=index,
         grad_shape=grad.shape if grad is not None else None)
-    return _model(api_name, dtype, [prof(a) for a in arrays], out, int(n), direction=direction,
+    return _model(api_name, dtype, [_LazyProfile(a, memo) for a in arrays], out, int(n), direction=direction,
                   index=index, grad=grad, input_dtype=input_dtype, input_rel_error=input_rel_error,
                   source="tensors")
 
