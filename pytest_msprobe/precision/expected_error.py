@@ -48,21 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from .expected_error_ops import (
-    EXP_LIKE,
-    MEANS,
-    OPERANDS_FROM_1,
-    ATTENTION,
-    GEMM,
-    NORM,
-    REDUCTION,
-    SOFTMAX,
-    TRANSCENDENTAL,
-    LANE_REDUCTIONS,
-    base_name,
-    op_family,
-    reduction_length,
-)
+from .expected_error_ops import (ATTENTION, EXP_LIKE, GEMM, LANE_REDUCTIONS, MEANS, NORM, OPERANDS_FROM_1,
+                                 REDUCTION, SOFTMAX, TRANSCENDENTAL, base_name, op_family, reduction_length)
 
 _length = reduction_length          # the functions below take a parameter of that name
 
@@ -180,14 +167,17 @@ _FUSED = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _profile_array(x: Any) -> _Profile:
+    """The magnitudes of a numpy array or a torch tensor (bfloat16 and float16 through float32)."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu()
+        x = (x.float() if str(x.dtype) in ("torch.bfloat16", "torch.float16") else x).numpy()
     a = np.asarray(x)
     n = int(a.size)
     if n == 0:
         return _Profile(0, tuple(a.shape), 0.0, 0.0, 0.0, 0.0)
     from dumpers import metrics_kernel as K
     flat = a.reshape(-1)
-    sq = absum = total = 0.0
-    peak = 0.0
+    sq = absum = total = peak = 0.0
     run = np.getbufsize()
     for start in range(0, n, 1 << 20):
         c = flat[start:start + (1 << 20)]
@@ -209,9 +199,8 @@ def _profile_array(x: Any) -> _Profile:
 
 
 class _LazyProfile:
-    """The :class:`_Profile` of an array, measured when the model first asks for a magnitude (most calls need
-    those of their output alone) and kept in ``memo`` under the array's identity; its shape needs no
-    measuring. The array may be anything :func:`numpy.asarray` converts on demand."""
+    """The :class:`_Profile` of an array or tensor, measured when the model first asks for a magnitude (most
+    calls need their output's alone), kept in ``memo`` under the array's identity."""
 
     __slots__ = ("array", "memo", "shape")
 
@@ -507,7 +496,8 @@ def expected_error(api_name: str, dtype: Any, inputs: Sequence, output: Any, *,
                    kwargs: Mapping | None = None, reduction_length: int | None = None,
                    direction: str = "forward", index: int = 0, grad_output: Any = None,
                    input_dtype: Any = None, input_rel_error: float = 0.0, cache: dict | None = None) -> Expected:
-    """The expected error of one output of a call, from full tensors (numpy arrays; bf16 as float32).
+    """The expected error of one output of a call, from full tensors (numpy arrays, bf16 as float32, or torch
+    tensors: an input's is converted only where the model needs its magnitudes).
 
     Args:
         api_name: base or dump name of the API (``linear``, ``Functional.conv2d.0``).

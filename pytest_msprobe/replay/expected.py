@@ -26,32 +26,17 @@ def _numpy(t: Any) -> Any:
     return (t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
 
 
-class _Deferred:
-    """A tensor that numpy reads as an array (:func:`_numpy`), converted at the first read: the model measures
-    an input only where its figures need the input's magnitudes (most calls need their output's alone)."""
-
-    __slots__ = ("tensor", "shape", "dtype", "_array")
-
-    def __init__(self, tensor: Any) -> None:
-        self.tensor, self.shape, self.dtype, self._array = tensor, tuple(tensor.shape), tensor.dtype, None
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
-        if self._array is None:
-            self._array = _numpy(self.tensor)
-        return self._array if dtype is None else self._array.astype(dtype, copy=False)
-
-
 def _float_leaves(value: Any) -> list:
     import torch
 
     from .sides import leaves
-    return [_Deferred(x) for x in leaves(value) if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    return [x for x in leaves(value) if isinstance(x, torch.Tensor) and x.is_floating_point()]
 
 
 class CallArrays:
-    """A replayed call's floating-point inputs and output gradient (read by numpy as arrays when first
-    needed), its non-tensor keyword arguments, and the model's cache of their magnitudes: made once per call
-    for every row that asks."""
+    """A replayed call's floating-point input tensors and output gradient (the model converts and measures
+    those it needs), its non-tensor keyword arguments, and the model's cache of their magnitudes: made once per
+    call for every row that asks."""
 
     def __init__(self, call: Any) -> None:
         import torch
