@@ -97,8 +97,9 @@ def main(argv: list | None = None) -> int:
     functions: dict = {}
     for path, name, _ in tracer.calls:
         functions.setdefault(path, Counter())[name] += 1
-    print(f"one item ({args.item}) from collection to its CSV row, exit status {rc}: {len(files)} project files, "
-          f"{len(tracer.back_calls)} back calls")
+    packages = Counter(path.split(os.sep)[0] for path in files)
+    print(f"one item ({args.item}) from collection to its CSV row, exit status {rc}: {len(files)} project files ("
+          + ", ".join(f"{packages[p]} in {p}" for p in sorted(packages)) + f"), {len(tracer.back_calls)} back calls")
     for path in sorted(files):
         line = f"  {path:<48} {len(functions[path]):3d} functions, entered {entered[path]:3d} times"
         print(line)
