@@ -18,7 +18,9 @@ sequence 256, batch 1, bfloat16, AdamW, one CPU thread. Printed:
   so that a busy moment hits both alike), the CPU time of all processes and the peak RSS; the **compute
   floor** beside the one-worker figure: every call replayed in one loop without pytest (its inputs read, the
   device run, the bench run and the metric pass, as an item runs it, in a fresh process after the imports),
-  so that the gap between the two is the checker's own cost; the small GPT-2 and Llama dumps of
+  so that the gap between the two is the checker's own cost (in wall time, and in CPU time, which a busy
+  moment of a shared machine disturbs less: its start-up, torch's import included, pytest and the CSVs); the
+  small GPT-2 and Llama dumps of
   ``tests/data/msprobe_26_2_bf16`` with one worker and ``-n 2``;
 * the checker's cost per call where the calls compute next to nothing: 1000 elementwise calls of a statistics
   dump, one worker, with pytest's logging plugin and without it;
@@ -147,10 +149,10 @@ prepare_compare()
 backend = builtin_registry().usable("cpu")
 cases = load_dump(sys.argv[1]).cases
 options = RunOptions()
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 for case in cases:
     run_case(case, backend, 0, options)
-print(len(cases), time.perf_counter() - t0)
+print(len(cases), time.perf_counter() - t0, time.process_time() - c0)
 '''
 
 
@@ -450,11 +452,15 @@ def checker_figures(workdir: str, torch_s: float, rounds: int = 7) -> None:
     reports = ", ".join(f"{r['first_report']:.2f}" for r in ones)
     print(f"  import torch {torch_s:.2f} s; first item starts after {first:.2f} s (target <= {torch_s + 0.5:.2f} s; "
           f"all runs: {firsts} s); its report (the first call's compute included) after {reports} s")
-    floors = [float(_python(FLOOR_CODE, dump_json).split()[1]) for _ in range(2)]
-    floor = min(floors)
+    floor_runs = [[float(v) for v in _python(FLOOR_CODE, dump_json).split()[1:3]] for _ in range(2)]
+    floors = [f[0] for f in floor_runs]
+    floor, floor_cpu = min(floors), min(f[1] for f in floor_runs)
+    one_cpu = min(r["cpu"] for r in ones)
     print(f"  one worker {one['wall']:.2f} s end to end, peak RSS {one['rss_mib']:.0f} MiB; compute floor "
           f"{floor:.2f} s (every call replayed in one loop without pytest: inputs, device, bench, metrics; runs "
-          + ", ".join(f"{f:.2f}" for f in floors) + f" s), so the checker's own cost is {one['wall'] - floor:.2f} s")
+          + ", ".join(f"{f:.2f}" for f in floors) + f" s), so the checker's own cost is {one['wall'] - floor:.2f} s; "
+          f"in CPU time (the best of each, steadier on a shared machine) {one_cpu:.2f} s against a floor of "
+          f"{floor_cpu:.2f} s: {one_cpu - floor_cpu:.2f} s")
     print(f"  -n 2       {two['wall']:.2f} s end to end, peak RSS of its largest process {two['rss_mib']:.0f} MiB")
     _ratios("-n 2 / one worker (target <= 0.9x)", ones, twos)
     source = os.path.join(ROOT, "tests", "data", "msprobe_26_2_bf16")

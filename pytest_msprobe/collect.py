@@ -12,12 +12,12 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from . import reference
-from .isolation import RunHooks
 from .precision.verdict import FAILED, SKIPPED, is_failing, item_outcome
 from .replay import CaseResult, data_mode, describe, seed_note, skip_result
 from .wire import ItemPayload
@@ -42,6 +42,35 @@ def node_path(rootpath: Any, path: str) -> str:
     root = os.path.realpath(str(rootpath))
     rel = os.path.relpath(real, root) if real.startswith(root.rstrip(os.sep) + os.sep) else None
     return (rel or real).replace(os.sep, "/")
+
+
+class RunHooks:
+    """The hooks of a node that stands for a dump: the run's hooks, with every conftest the run loaded (the
+    user's, none of the dump's). pytest's default looks the conftests up by the node's path, and older pytest
+    imports the ``conftest.py`` files it finds there (``docs/security.md``)."""
+
+    @property
+    def ihook(self) -> Any:
+        return self.config.hook     # type: ignore[attr-defined]
+
+
+class DumpCollection:
+    """Adds a collector for each dump file to the session's collection (after the tests on the command line),
+    instead of the dump files being arguments pytest collects as paths (:mod:`.isolation`)."""
+
+    def __init__(self, files: list) -> None:
+        self.files = files
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_make_collect_report(self, collector: Any) -> Any:
+        outcome = yield
+        if isinstance(collector, pytest.Session):
+            report = outcome.get_result()
+            if report.result is not None:
+                sess = collector.config.stash[SESSION_KEY]
+                report.result.extend(DumpFile.for_path(collector, Path(f), sess.node_ids.get(os.path.realpath(f))
+                                                       or node_path(collector.config.rootpath, f))
+                                     for f in self.files)
 
 
 class DumpFile(RunHooks, pytest.Collector):

@@ -19,7 +19,6 @@ from .precision.verdict import FAITHFUL, is_unfaithful
 from .report import acc_csv, rounding
 from .report.claim import sort_written
 from .report.pairs import held, stop_run
-from .report.standard_detect import mark_data_mode
 from .wire import ItemPayload, crash_reason
 
 NAME = "msprobe-controller"
@@ -226,7 +225,8 @@ class Controller:
         if self.writer is None:
             return
         try:
-            self.writer.write_rows(data.result, data.rows, mark_data_mode(data.mode or "", self.settings.standard),
+            self.writer.write_rows(data.result, data.rows,
+                                   acc_csv.mark_data_mode(data.mode or "", self.settings.standard),
                                    data.fidelity, data.expected)
         except OSError as exc:
             if self.io_error is None:
@@ -256,7 +256,7 @@ class Controller:
             result, details = reference.paths(self.plan.details_csv, self.settings.out_dir, self.settings.reference)
             self.reference_writer = acc_csv.AccCsvWriter(result, details)
         self.reference_writer.write_rows(ref["result"], ref["rows"],
-                                         mark_data_mode(ref.get("mode") or "", self.settings.standard),
+                                         acc_csv.mark_data_mode(ref.get("mode") or "", self.settings.standard),
                                          ref.get("fidelity") or [], ref.get("expected") or [])
 
     # --- hooks: the end ---------------------------------------------------------------------------------------

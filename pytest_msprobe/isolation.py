@@ -3,9 +3,10 @@
 pytest reads a ``conftest.py`` beside or above every path it collects, and takes its ini file, rootdir and cache
 from the paths on its command line. A dump comes from someone else (``docs/security.md``), so:
 
-* its files never become a collection argument: the dump collectors are added to the session's own collection
-  (:class:`DumpCollection`), and their hooks are the run's, not those of a folder near the dump
-  (:class:`RunHooks`), so pytest never looks for a ``conftest.py`` there;
+* its files never become a collection argument (:func:`collection_args`): the dump collectors are added to the
+  session's own collection, and their hooks are the run's, not those of a folder near the dump
+  (:class:`pytest_msprobe.collect.DumpCollection`, :class:`pytest_msprobe.collect.RunHooks`), so pytest never
+  looks for a ``conftest.py`` there;
 * ``--msprobe-api-info PATH`` (two arguments) is read by pytest as a test path before any plugin is loaded,
   and pytest roots the run there (ini file, rootdir, cache); where that would differ from the ``=`` form the run
   stops with the one-line fix (:func:`check_option_form`) before any conftest is imported.
@@ -21,16 +22,6 @@ import pytest
 # the files pytest may read as the run's configuration, and setup.py, which marks a rootdir
 CONFIG_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg", "setup.py")
 _CONFIG_OPTIONS = ("-c", "--config-file", "--inifile")
-
-
-class RunHooks:
-    """The hooks of a node that stands for a dump: the run's hooks, with every conftest the run loaded (the
-    user's, none of the dump's). pytest's default looks the conftests up by the node's path, and older pytest
-    imports the ``conftest.py`` files it finds there."""
-
-    @property
-    def ihook(self) -> Any:
-        return self.config.hook     # type: ignore[attr-defined]
 
 
 def space_form_values(args: Iterable[str], namespace: Any) -> list:
@@ -81,22 +72,6 @@ def check_option_form(early_config: Any) -> None:
             raise pytest.UsageError(
                 f"{option} {value}: write {option}={value} (with '='): pytest reads its command line before any "
                 f"plugin, takes {value} for a test path and {why}")
-
-
-class DumpCollection:
-    """Adds a collector for each dump file to the session's collection (after the tests on the command line),
-    instead of the dump files being arguments pytest collects as paths."""
-
-    def __init__(self, make_collectors: Any) -> None:
-        self.make_collectors = make_collectors      # session -> the dump collectors, in order
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_make_collect_report(self, collector: Any) -> Any:
-        outcome = yield
-        if isinstance(collector, pytest.Session):
-            report = outcome.get_result()
-            if report.result is not None:
-                report.result.extend(self.make_collectors(collector))
 
 
 def collection_args(args: list, explicit: bool, dump_files: Iterable[str]) -> list:

@@ -27,7 +27,7 @@ def judge(sess: Any, case: Any, dump_path: str, name: str, payload: Any) -> Any:
     s = sess.settings
     backend = sess.registry().usable(s.reference)
     options = dataclasses.replace(sess.run_options(dump_path), device_type=s.reference, error_data_dir=None,
-                                  examples=1)
+                                  examples=1, timeout=None)     # --msprobe-timeout limits the item's own run
     result = run_case(case, backend, 0, options)
     built = ItemPayload.of(result, fail_on=s.fail_on, precision=s.precision)
     payload.reference = built.wire()

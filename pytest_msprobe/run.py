@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -114,18 +113,11 @@ def _narrowed(config: Any, plan: Any) -> bool:
 def _set_args(config: Any, files: list) -> None:
     """The dumps are never collection arguments (a conftest.py near one would be imported): with no test paths
     on the command line nothing but the dumps is collected, and they are added to the session's collection."""
-    from .isolation import DumpCollection, collection_args
+    from .collect import DumpCollection
+    from .isolation import collection_args
     explicit = getattr(config, "args_source", None) == pytest.Config.ArgsSource.ARGS
     config.args = collection_args(list(config.args), explicit, files)
-    config.pluginmanager.register(DumpCollection(lambda session: _dump_collectors(session, files)),
-                                  "msprobe-dump-collection")
-
-
-def _dump_collectors(session: Any, files: list) -> list:
-    from .collect import DumpFile
-    sess = session.config.stash[SESSION_KEY]
-    return [DumpFile.for_path(session, Path(f), sess.node_ids.get(os.path.realpath(f))
-                              or node_path(session.config.rootpath, f)) for f in files]
+    config.pluginmanager.register(DumpCollection(files), "msprobe-dump-collection")
 
 
 def unconfigure(config: Any) -> None:

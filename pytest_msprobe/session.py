@@ -11,7 +11,7 @@ from typing import Any
 
 from .collect import freeze_long_lived
 from .devices.base import device_for_slot, worker_index
-from .replay import CaseResult, RunOptions, prepare_compare, run_case, run_with_timeout
+from .replay import CaseResult, RunOptions, prepare_compare, run_case
 from .settings import DEFAULT_STANDARD, Settings
 
 
@@ -76,7 +76,7 @@ class CheckSession:
                 backend = self.registry().get(self.backend_name())
             except KeyError as exc:
                 raise ValueError(str(exc.args[0])) from None
-        from .devices.recorded import is_recorded
+        from .devices.base import is_recorded
         if not is_recorded(backend):
             return                  # nothing more to check (nor numpy to import, for --collect-only)
         from .replay.recorded import usage_problem
@@ -181,7 +181,7 @@ class CheckSession:
         """Run one case on this process's backend, under ``--msprobe-timeout`` when set."""
         backend, index = self.backend()
         options = self.run_options(dump_path)
-        return run_with_timeout(case.name, lambda: run_case(case, backend, index, options), options.timeout)
+        return run_case(case, backend, index, options)
 
     # --- cases -------------------------------------------------------------------------------------------
     def load(self) -> None:

@@ -79,10 +79,9 @@ class ItemPayload:
         return cls(**{k: v for k, v in data.items() if k in names})
 
     def wire(self) -> dict:
-        """The payload as it travels (the cells stay in this process)."""
-        data = dataclasses.asdict(self)
-        del data["cells"]
-        return data
+        """The payload as it travels (the cells stay in this process): its fields as they are, plain JSON-able
+        values already, so no deep copy of every row (``dataclasses.asdict``) per item."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "cells"}
 
     def properties(self) -> list:
         """The item's own properties (junitxml writes them per test case): ``msprobe_forward``,

@@ -123,6 +123,22 @@ def test_hf32_inputs_are_within_rounding_of_the_unrounded_recording():
     assert ee.multiple(ee.observe(_np(replayed), _np(recorded)), plain.pair()) > 10 * ee.WITHIN
 
 
+def test_inputs_are_measured_only_where_the_figures_need_them():
+    """Tensors as inputs: an element-wise call's figures come from its output alone, so its inputs are never
+    measured (nor converted); a GEMM measures both operands once for all its rows; both figures equal those of
+    the inputs as numpy arrays (bf16 through float32), bit for bit."""
+    a, b = _gemm(torch.bfloat16, 64, 9)
+    out = a @ b
+    cache: dict = {}
+    total = a + a
+    add = ee.expected_error("add", torch.bfloat16, [a, a], _np(total), cache=cache)
+    assert cache == {}
+    assert add == ee.expected_error("add", torch.bfloat16, [a.float().numpy()] * 2, _np(total))
+    matmul = ee.expected_error("matmul", torch.bfloat16, [a, b], _np(out), cache=cache)
+    assert set(cache) == {id(a), id(b)}
+    assert matmul == ee.expected_error("matmul", torch.bfloat16, [a.float().numpy(), b.float().numpy()], _np(out))
+
+
 def test_statistics_give_the_figures_of_the_tensors():
     """A compare of two statistics dumps gets about what the full tensors give (same magnitudes)."""
     a, b = _gemm(torch.float32, 512, 5)

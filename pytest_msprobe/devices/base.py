@@ -51,6 +51,12 @@ class DeviceBackend:
         return f"<{type(self).__name__} {self.name!r}>"
 
 
+def is_recorded(backend: Any) -> bool:
+    """Whether ``backend`` is the recorded device type (:mod:`.recorded`: the dump's outputs are the device's)."""
+    from ..settings import RECORDED_DEVICE
+    return getattr(backend, "name", None) == RECORDED_DEVICE
+
+
 def worker_index(worker_id: str | None) -> int:
     """xdist worker id ``gw3`` -> 3; no worker (a plain run) -> 0."""
     if not worker_id:

@@ -31,8 +31,3 @@ class RecordedBackend(DeviceBackend):
 
     def call(self, func: Callable, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         raise RuntimeError("the recorded device type runs no call: its outputs are the dump's recorded ones")
-
-
-def is_recorded(backend: Any) -> bool:
-    """Whether ``backend`` is the recorded device type."""
-    return getattr(backend, "name", None) == RECORDED

@@ -48,21 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from .expected_error_ops import (
-    EXP_LIKE,
-    MEANS,
-    OPERANDS_FROM_1,
-    ATTENTION,
-    GEMM,
-    NORM,
-    REDUCTION,
-    SOFTMAX,
-    TRANSCENDENTAL,
-    LANE_REDUCTIONS,
-    base_name,
-    op_family,
-    reduction_length,
-)
+from .expected_error_ops import (ATTENTION, EXP_LIKE, GEMM, LANE_REDUCTIONS, MEANS, NORM, OPERANDS_FROM_1,
+                                 REDUCTION, SOFTMAX, TRANSCENDENTAL, base_name, op_family, reduction_length)
 
 _length = reduction_length          # the functions below take a parameter of that name
 
@@ -180,14 +167,17 @@ _FUSED = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _profile_array(x: Any) -> _Profile:
+    """The magnitudes of a numpy array or a torch tensor (bfloat16 and float16 through float32)."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu()
+        x = (x.float() if str(x.dtype) in ("torch.bfloat16", "torch.float16") else x).numpy()
     a = np.asarray(x)
     n = int(a.size)
     if n == 0:
         return _Profile(0, tuple(a.shape), 0.0, 0.0, 0.0, 0.0)
     from dumpers import metrics_kernel as K
     flat = a.reshape(-1)
-    sq = absum = total = 0.0
-    peak = 0.0
+    sq = absum = total = peak = 0.0
     run = np.getbufsize()
     for start in range(0, n, 1 << 20):
         c = flat[start:start + (1 << 20)]
@@ -206,6 +196,25 @@ def _profile_array(x: Any) -> _Profile:
             part = (float(np.dot(c, c)), float(mag.sum()), float(c.sum()), float(mag.max()) if c.size else 0.0)
         sq, absum, total, peak = sq + part[0], absum + part[1], total + part[2], max(peak, part[3])
     return _Profile(n, tuple(a.shape), math.sqrt(sq / n), peak, absum / n, total / n)
+
+
+class _LazyProfile:
+    """The :class:`_Profile` of an array or tensor, measured when the model first asks for a magnitude (most
+    calls need their output's alone), kept in ``memo`` under the array's identity."""
+
+    __slots__ = ("array", "memo", "shape")
+
+    def __init__(self, array: Any, memo: dict) -> None:
+        self.array, self.memo, self.shape = array, memo, tuple(np.shape(array))
+
+    def profile(self) -> _Profile:
+        key = id(self.array)
+        if key not in self.memo:
+            self.memo[key] = _profile_array(self.array)
+        return self.memo[key]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.profile(), name)
 
 
 def _profile_stat(s: TensorStat | Mapping) -> _Profile:
@@ -392,8 +401,6 @@ def _model(api_name: str, dtype: Any, profiles: list, out: _Profile, n: int, *, 
         return Expected(0.0, 0.0, 0.0, out.max_abs, n, 0.0, family, f"{_canonical(dtype)}: exact arithmetic")
     eps_in = max(float(input_rel_error or 0.0), unit_roundoff(input_dtype) if input_dtype is not None else 0.0)
     first, second = _operands(api, fam, profiles, direction, index, grad)
-    term_ms = (first.rms ** 2 if first is not None else out.rms ** 2 / max(1, n)) * (
-        second.rms ** 2 if second is not None else 1.0)
     summed = fam in (GEMM, REDUCTION) or (direction == "backward" and n > 1)
     order = ""
     lam = _lam(out.numel)
@@ -404,6 +411,8 @@ def _model(api_name: str, dtype: Any, profiles: list, out: _Profile, n: int, *, 
     relative_sigma = False
     same_in_both = 0.0
     if summed:
+        term_ms = (first.rms ** 2 if first is not None else out.rms ** 2 / max(1, n)) * (
+            second.rms ** 2 if second is not None else 1.0)
         q = n * term_ms
         s_max, s_typ = out.max_abs, out.rms
         is_mean = api in MEANS and direction == "forward"
@@ -487,7 +496,8 @@ def expected_error(api_name: str, dtype: Any, inputs: Sequence, output: Any, *,
                    kwargs: Mapping | None = None, reduction_length: int | None = None,
                    direction: str = "forward", index: int = 0, grad_output: Any = None,
                    input_dtype: Any = None, input_rel_error: float = 0.0, cache: dict | None = None) -> Expected:
-    """The expected error of one output of a call, from full tensors (numpy arrays; bf16 as float32).
+    """The expected error of one output of a call, from full tensors (numpy arrays, bf16 as float32, or torch
+    tensors: an input's is converted only where the model needs its magnitudes).
 
     Args:
         api_name: base or dump name of the API (``linear``, ``Functional.conv2d.0``).
@@ -503,20 +513,14 @@ def expected_error(api_name: str, dtype: Any, inputs: Sequence, output: Any, *,
             gradient) are measured once (keyed by the arrays' identity; keep the arrays alive meanwhile).
     """
     memo = cache if cache is not None else {}
-
-    def prof(a: Any) -> _Profile:
-        key = id(a)
-        if key not in memo:
-            memo[key] = _profile_array(a)
-        return memo[key]
     arrays = [a for a in inputs if isinstance(a, np.ndarray) or (hasattr(a, "shape") and hasattr(a, "dtype")
                                                                     and not isinstance(a, (str, bytes)))]
     out = _profile_array(output)
-    grad = prof(grad_output) if grad_output is not None else None
+    grad = _LazyProfile(grad_output, memo) if grad_output is not None else None
     n = reduction_length if reduction_length is not None else _length(
         api_name, [a.shape for a in arrays], kwargs, output_shape=out.shape, direction=direction, index=index,
         grad_shape=grad.shape if grad is not None else None)
-    return _model(api_name, dtype, [prof(a) for a in arrays], out, int(n), direction=direction,
+    return _model(api_name, dtype, [_LazyProfile(a, memo) for a in arrays], out, int(n), direction=direction,
                   index=index, grad=grad, input_dtype=input_dtype, input_rel_error=input_rel_error,
                   source="tensors")
 

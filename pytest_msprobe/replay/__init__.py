@@ -1,7 +1,7 @@
 """Replay of captured calls: one pipeline (:mod:`.pipeline`) and a framework adapter each (torch, MindSpore).
 
-Also the run's options and results (:mod:`.result`), the Hypothesis example loop, error-data saving and the
-per-API time limit. No pytest here; torch, MindSpore and Hypothesis are imported on first use.
+Also the run's options and results (:mod:`.result`), the Hypothesis example loop and error-data saving (the
+per-API time limit is the pipeline's). No pytest here; torch, MindSpore and Hypothesis are imported on first use.
 """
 from __future__ import annotations
 
@@ -26,9 +26,8 @@ from .result import (
     seed_note,
     skip_result,
 )
-from .timeout import run_with_timeout
 
 __all__ = ["INVALID", "MULTI_BACKWARD_MESSAGE", "NO_BACKWARD_MESSAGE", "OUT_KWARG_MESSAGE", "RANDOM_DATA",
            "REAL_DATA", "CaseResult", "RunOptions", "case_name", "data_mode", "describe", "error_result",
            "item_seed", "judge", "prepare_compare", "raise_target", "reason", "run_case", "run_with_inputs",
-           "run_with_timeout", "seed_note", "skip_result"]
+           "seed_note", "skip_result"]

@@ -172,19 +172,11 @@ def cast_target(state: AutocastState, api: str, args: list, kwargs: dict) -> Any
 def after_cast(state: AutocastState, api: str, args: list, kwargs: dict) -> tuple:
     """(args, kwargs) as the device saw them after autocast's cast: float16/bfloat16/float32 tensors in the
     target dtype (float64 ones and everything else as they are); the caller's tensors are not changed."""
-    import torch
-
-    from .sides import map_leaves
+    from .sides import cast_leaves
     target = cast_target(state, api, args, kwargs)
     if target is None:
         return args, kwargs
-    eligible = (torch.float16, torch.bfloat16, torch.float32)
-
-    def cast(x: Any) -> Any:
-        if isinstance(x, torch.Tensor) and x.dtype in eligible and x.dtype != target:
-            return x.detach().to(target)
-        return x
-    return map_leaves(cast, list(args)), map_leaves(cast, dict(kwargs))
+    return cast_leaves(list(args), target), cast_leaves(dict(kwargs), target)
 
 
 def lowered_grads(state: AutocastState, api: str, args: list, kwargs: dict, grads: list) -> list:

@@ -30,12 +30,13 @@ def _float_leaves(value: Any) -> list:
     import torch
 
     from .sides import leaves
-    return [_numpy(x) for x in leaves(value) if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    return [x for x in leaves(value) if isinstance(x, torch.Tensor) and x.is_floating_point()]
 
 
 class CallArrays:
-    """A replayed call's floating-point inputs and output gradient as numpy arrays, its non-tensor keyword
-    arguments, and the model's cache of their magnitudes: made once per call for every row that asks."""
+    """A replayed call's floating-point input tensors and output gradient (the model converts and measures
+    those it needs), its non-tensor keyword arguments, and the model's cache of their magnitudes: made once per
+    call for every row that asks."""
 
     def __init__(self, call: Any) -> None:
         import torch

@@ -10,6 +10,7 @@ API-level SKIP with the reason (spec 3.4). torch is imported on first use.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 from ..precision.verdict import WARNING, is_skip
@@ -21,12 +22,13 @@ from .result import (
     backward_messages,
     case_name,
     data_mode,
+    error_result,
     exc_text,
     judge,
     skip_result,
 )
 from . import autocast
-from .sides import BENCH, DEVICE, Call, Side, copy_tensor, item_seed, map_leaves, raise_target
+from .sides import BENCH, DEVICE, Call, Side, copy_leaves, item_seed, raise_target
 
 
 def run_side(adapter: Any, call: Call, role: str, raise_to: Any, backend: Any, index: int,
@@ -35,12 +37,8 @@ def run_side(adapter: Any, call: Call, role: str, raise_to: Any, backend: Any, i
 
     ``clone`` False: the side's unraised tensors are the inputs themselves, for a side that may change them
     (nothing reads them after it)."""
-
-    def copy(x: Any) -> Any:
-        return copy_tensor(x, raise_to, call.api, clone)
-
-    args = adapter.to_framework(map_leaves(copy, list(call.args)))
-    kwargs = adapter.to_framework(map_leaves(copy, dict(call.kwargs)))
+    args = adapter.to_framework(copy_leaves(list(call.args), raise_to, call.api, clone))
+    kwargs = adapter.to_framework(copy_leaves(dict(call.kwargs), raise_to, call.api, clone))
     if role == DEVICE:
         args, kwargs = list(backend.to_device(args, index)), dict(backend.to_device(kwargs, index))
     if backward:
@@ -110,7 +108,7 @@ def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, optio
             bench = run_side(adapter, bench_call, BENCH, target, backend, index, plan is not None)
         except Exception as exc2:  # noqa: BLE001 - reported as the API's SKIP reason
             raise adapter.failure(BENCH, exc2, backend) from None
-    from ..devices.recorded import is_recorded
+    from ..devices.base import is_recorded
     from . import recorded as rec
     skips: dict = {}
     cells: dict = {}
@@ -162,7 +160,44 @@ def adapter_for(case: Any) -> Any:
 
 
 def run_case(case: Any, backend: Any, device_index: int, options: RunOptions) -> CaseResult:
-    """Run one API call on the bench and on the device and judge it (an API-level SKIP when it cannot)."""
+    """Run one API call on the bench and on the device and judge it (an API-level SKIP when it cannot), within
+    ``options.timeout`` seconds when set (``--msprobe-timeout``): a call that runs longer is an error
+    ``timeout``, left running in a daemon thread (Python cannot stop it)."""
+    if not options.timeout:
+        return _run_case(case, backend, device_index, options)
+    _warm_up()
+    name = case_name(case)
+    box: list = []
+
+    def target() -> None:
+        try:
+            box.append(_run_case(case, backend, device_index, options))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            box.append(exc)
+
+    thread = threading.Thread(target=target, name=f"msprobe-{name}", daemon=True)
+    thread.start()
+    thread.join(options.timeout)
+    if thread.is_alive() or not box:
+        return error_result(name, f"timeout: the call did not finish within {options.timeout:g} s "
+                                  "(--msprobe-timeout); it was left running in the background")
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    result: CaseResult = box[0]
+    return result
+
+
+def _warm_up() -> None:
+    """Import what every case needs, so the first timed call is not charged for it."""
+    import torch  # noqa: F401
+
+    import generators.apis  # noqa: F401
+    import generators.inputs  # noqa: F401
+
+    from ..precision import compare  # noqa: F401
+
+
+def _run_case(case: Any, backend: Any, device_index: int, options: RunOptions) -> CaseResult:
     name = case_name(case)
     mode = data_mode(case, options)
     seed = options.seed
@@ -191,7 +226,7 @@ def run_with_inputs(case: Any, inputs: Any, backend: Any, device_index: int, opt
     alone, so the device side may change them; otherwise the caller's inputs are left as they were)."""
     name = case_name(case)
     adapter = adapter_for(case)
-    from ..devices.recorded import is_recorded
+    from ..devices.base import is_recorded
     problem = None
     if not is_recorded(backend):
         backend, device_index, problem = adapter.choose_backend(backend, device_index, options.device_type)

@@ -175,7 +175,7 @@ def usage_problem(backend: Any, cases: Iterable) -> str | None:
     """Why the ``recorded`` device type cannot judge these cases at all (statistics-only dumps), or None."""
     from generators.recorded import has_recorded_files
 
-    from ..devices.recorded import is_recorded
+    from ..devices.base import is_recorded
     if not is_recorded(backend):
         return None
     replayable = [c for c in cases if not getattr(c, "problem", None)]

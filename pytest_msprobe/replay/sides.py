@@ -63,6 +63,32 @@ def copy_tensor(x: Any, target: Any, api: str, clone: bool = True) -> Any:
     return x.detach().clone() if clone else x.detach()
 
 
+def copy_leaves(obj: Any, target: Any, api: str, clone: bool = True) -> Any:
+    """``obj`` (nested) with every tensor copied by :func:`copy_tensor`."""
+    return map_leaves(lambda x: copy_tensor(x, target, api, clone), obj)
+
+
+def cpu_leaves(obj: Any) -> Any:
+    """``obj`` (nested) with every torch tensor detached and on the CPU."""
+    import torch
+
+    return map_leaves(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, obj)
+
+
+def cast_leaves(obj: Any, target: Any) -> Any:
+    """``obj`` (nested) with every float16, bfloat16 and float32 tensor detached and cast to ``target`` (float64
+    tensors and everything else as they are)."""
+    import torch
+
+    eligible = (torch.float16, torch.bfloat16, torch.float32)
+
+    def cast(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.dtype in eligible and x.dtype != target:
+            return x.detach().to(target)
+        return x
+    return map_leaves(cast, obj)
+
+
 def first_grad(grad: Any) -> Any:
     """The dumped output gradient that backward is fed: a tensor, or the first of a list."""
     if isinstance(grad, (list, tuple)):

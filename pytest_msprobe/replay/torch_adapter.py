@@ -5,7 +5,7 @@ from typing import Any
 
 from dumpers import format as fmt
 
-from .sides import BENCH, Side, copy_tensor, first_grad, map_leaves, raise_target
+from .sides import BENCH, Side, copy_tensor, cpu_leaves, first_grad, raise_target
 from .result import MULTI_BACKWARD_MESSAGE
 
 FRAMEWORK = "pytorch"
@@ -67,9 +67,7 @@ class TorchAdapter:
         return obj
 
     def to_torch(self, obj: Any) -> Any:
-        import torch
-
-        return map_leaves(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, obj)
+        return cpu_leaves(obj)
 
     def seed(self, backend: Any, seed: int) -> None:
         """Seed the CPU generator (and CUDA's when that is the device); torch.manual_seed would also queue

@@ -26,6 +26,7 @@ from typing import Any
 from dumpers import atomic
 from dumpers.format import parse_row_name
 
+from ..precision.standards import DEFAULT_STANDARD
 from ..precision.verdict import DEFAULT_FAIL_ON, is_failing  # is_failing: a result row's roll-up, for readers
 from .columns import (BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, EXPECTED_COLUMN,
                       FIDELITY_COLUMN, RESULT_HEADER)
@@ -38,6 +39,17 @@ DETAILS_PREFIX = "accuracy_checking_details_"
 RESULT_NAME_RE = re.compile(r"^accuracy_checking_result_(\d{14})\.csv\Z")
 FILE_MODE = 0o640
 DIR_MODE = 0o750
+
+
+STANDARD_MARK = re.compile(r"\(standard (?P<version>[0-9.]+)\)\s*$")    # in a Data Mode cell (mark_data_mode)
+
+
+def mark_data_mode(data_mode: str, standard: str) -> str:
+    """The ``Data Mode`` cell of a row checked under ``standard``: ``real_data (standard 26.2)``, unchanged under
+    the default standard (:mod:`.standard_detect` reads the mark back)."""
+    if standard == DEFAULT_STANDARD:
+        return data_mode
+    return f"{data_mode} (standard {standard})".strip()
 
 
 def new_timestamp() -> str:

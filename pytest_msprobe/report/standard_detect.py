@@ -1,8 +1,9 @@
 """Which precision standard wrote a details CSV: msprobe 1.0.4's run_ut layout, or msprobe 26.2's acc_check.
 
 Our own CSVs say it: a check run under a standard other than the default marks each row's ``Data Mode``
-cell (``real_data (standard 26.2)``), a column msprobe's readers ignore; a CSV with a ``Data Mode`` column
-and no mark was written under the default, 1.0.4. msprobe's CSVs are recognised from their cells:
+cell (``real_data (standard 26.2)``, :func:`.acc_csv.mark_data_mode`), a column msprobe's readers ignore; a
+CSV with a ``Data Mode`` column and no mark was written under the default, 1.0.4. msprobe's CSVs are
+recognised from their cells:
 
 * 26.2 judges every fp16/bf16/fp32 output by the benchmark standard, so its float rows carry only the
   benchmark cells, also for APIs that 1.0.4's lists judge by ULP, absolute threshold or binary consistency;
@@ -14,7 +15,6 @@ A file that fits both layouts (only benchmark-standard APIs, no warning) carries
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional
@@ -23,13 +23,13 @@ from dumpers.format import parse_row_name
 
 from ..precision import apc_rules as R
 from ..precision.standards import DEFAULT_STANDARD, STANDARDS
+from .acc_csv import STANDARD_MARK
 from .columns import DATA_MODE_COLUMN
 from .details_table import read_details
 
 BENCHMARK_CELLS = ("小值域错误占比", "均方根误差", "相对误差最大值", "相对误差平均值", "误差均衡性")
 OTHER_STANDARD_CELLS = ("ULP误差平均值", "ULP误差大于阈值占比", "相对误差错误率", "绝对误差错误率",
                         "inf/nan错误率", "二进制一致错误率")
-_MARK = re.compile(r"\(standard (?P<version>[0-9.]+)\)\s*$")
 # messages only one version writes (spec precision-standard.md sections 3 and 8)
 _MESSAGES = (
     ("only perform binary comparison", "26.2"),
@@ -48,13 +48,6 @@ class Detection:
 
     standard: Optional[str]
     reason: str
-
-
-def mark_data_mode(data_mode: str, standard: str) -> str:
-    """The ``Data Mode`` cell of a row checked under ``standard`` (unchanged under the default)."""
-    if standard == DEFAULT_STANDARD:
-        return data_mode
-    return f"{data_mode} (standard {standard})".strip()
 
 
 def _filled(row: Mapping[str, str], columns: tuple) -> list:
@@ -92,7 +85,7 @@ def detect_standard(rows: list, columns: Optional[list] = None) -> Detection:
     """The standard the details rows (column name -> cell text) were written under, and why."""
     columns = list(rows[0]) if columns is None and rows else list(columns or [])
     for row in rows:
-        m = _MARK.search(row.get(DATA_MODE_COLUMN, ""))
+        m = STANDARD_MARK.search(row.get(DATA_MODE_COLUMN, ""))
         if m is not None:
             return Detection(m.group("version"), f"its Data Mode column says 'standard {m.group('version')}'")
     votes: dict = {}
