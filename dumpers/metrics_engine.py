@@ -31,7 +31,8 @@ MSG_BENCH_ZERO = "All the data is zero in bench dump data."
 MSG_COS_NAN = "Dump data has NaN when comparing with Cosine Similarity."
 MSG_EMPTY_MAX = "zero-size array to reduction operation maximum which has no identity"
 
-_KIND = {np.dtype(np.float64): K.F64, np.dtype(np.float32): K.F32, np.dtype(np.float16): K.F16}
+_FLOATS = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16))
+_ULP_TYPES = (np.dtype(np.float64), np.dtype(np.float32))
 # unscaled float64 sums of squares are safe for maxima in this range (n <= 2^63 elements)
 _SAFE_LO, _SAFE_HI = 1e-130, 1e130
 
@@ -103,8 +104,10 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
     bs, ds = as_source(bench), as_source(device)
     if bs.size != ds.size:
         raise ValueError(f"bench has {bs.size} elements but device has {ds.size}; compare shapes first")
+    if not 0 < chunk < 1 << 31:
+        raise ValueError(f"chunk is {chunk} elements; the kernel counts a chunk in int32: pass 1 .. 2**31 - 1")
     tb, td = np.dtype(bs.dtype), np.dtype(ds.dtype)
-    if tb not in _KIND or td not in _KIND:
+    if tb not in _FLOATS or td not in _FLOATS:
         raise TypeError(f"float metrics need float16/32/64 arrays, not {tb.name} and {td.name}")
     tae = np.result_type(tb, td)
     n = bs.size
@@ -127,7 +130,9 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
     if g.ulp is not None:
         min_eb, exponent_num, compute, thr = g.ulp
         tc = np.dtype(compute)
-        par[K.P_MIN_EB], par[K.P_EXP], par[K.P_THR], par[K.P_KC] = min_eb, exponent_num, tc.type(thr), _KIND[tc]
+        if tc not in _ULP_TYPES:
+            raise TypeError(f"the ULP compute type is float32 or float64, not {tc.name}")
+        par[K.P_MIN_EB], par[K.P_EXP], par[K.P_THR] = min_eb, exponent_num, tc.type(thr)
     k = max(min(chunk, n), 1)
     dots = g.legacy
     sq, re = np.empty(k, tae), np.empty(k, tae)
@@ -147,7 +152,7 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
             m = stop - start
             bc = _kernel_view(_read(bs, start, stop, bbuf[:m]))
             dc = _kernel_view(_read(ds, start, stop, dbuf[:m]))
-            kept = K.chunk_pass(bc, dc, _KIND[tb], _KIND[td], flags, par, sq_k[:m], re_k[:m],
+            kept = K.chunk_pass(bc, dc, flags, par, sq_k[:m], re_k[:m],
                                 b64[:m] if dots else b64, d64[:m] if dots else d64, ulp[:m], cnt, mx)
             if small:
                 if sq_k is not sq:
@@ -242,14 +247,15 @@ def _normalised_dots(n: int, chunk: int, md: Any, mb: Any, data: tuple, g: Group
     par = np.zeros(K.N_PAR)
     par[K.P_EPS] = tb.type(g.eps)
     flags = K.LEGACY | (K.AGREE if g.agree_nonfinite else 0)
-    empty = np.empty(0)
+    ta = np.result_type(tb, td)
+    empty = np.empty(0, np.float32 if ta == np.float16 else ta)      # as the pass's scratch types
     dot = sdd = sbb = 0.0
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
         m = stop - start
         bc = _kernel_view(np.asarray(bs.read(start, stop), tb))
         dc = _kernel_view(np.asarray(ds.read(start, stop), td))
-        K.chunk_pass(bc, dc, _KIND[tb], _KIND[td], flags, par, empty, empty, b64[:m], d64[:m],
+        K.chunk_pass(bc, dc, flags, par, empty, empty, b64[:m], d64[:m],
                      np.empty(0, np.float32), cnt, mx)
         d, b = d64[:m] / md, b64[:m] / mb
         dot += float(np.einsum("i,i->", d, b))

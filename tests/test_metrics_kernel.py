@@ -132,6 +132,38 @@ def test_ulp_exponent_next_to_powers_of_two(tb, td, ulp):
     check(b, (b.astype(np.float64) * (1 + 1e-3)).astype(td), ulp, 1 << 16)
 
 
+@pytest.mark.parametrize("tb, td, ulp", [PAIRS[0], PAIRS[1], PAIRS[2], PAIRS[3]])
+def test_ulp_exponent_at_the_bounds_of_the_bit_shortcut(tb, td, ulp):
+    """Mantissas at and next to the kernel's bounds (2 - 2**-14 for a float32 compute type, 2 - 2**-30 for
+    float64), the largest mantissa below 2 at every exponent of the compute type (where the rounded log2 of
+    a float32 value above 2**8 reaches the next integer), and exponents whose 2**(exponent_num - eb) leaves
+    the normal range."""
+    tc = np.dtype(ulp).type
+    info = np.finfo(tc)
+    bound = 2.0 - (2.0 ** -14 if ulp == "float32" else 2.0 ** -30)
+    exps = np.arange(info.minexp, info.maxexp)
+    top = np.ldexp(np.float64(np.nextafter(tc(2), tc(0))), exps)
+    near = np.concatenate([np.ldexp(m, exps) for m in (bound, np.nextafter(bound, 2.0), np.nextafter(bound, 0.0))])
+    with np.errstate(over="ignore"):
+        b = np.concatenate([top, -top, near]).astype(tb)
+        d = (b.astype(np.float64) * (1 - 1e-3)).astype(td)
+    keep = np.isfinite(b) & np.isfinite(d) & (b != 0) & (d != 0)      # an inf would hide every other error
+    check(b[keep], d[keep], ulp, 1 << 16)
+
+
+def test_kept_relative_errors_in_order_whatever_the_masked_pattern():
+    """Masked elements sparse, in runs, everywhere and nowhere, across whole blocks of the compaction and its
+    tail: the kept relative errors keep their order (their sum is numpy's of the kept ones)."""
+    rng = np.random.default_rng(5)
+    n = 3 * 65536 + 300
+    x = rng.standard_normal(n).astype(np.float32)
+    for frac in (0.0, 0.0008, 0.05, 0.5, 1.0):
+        b = x.copy()
+        b[rng.random(n) < frac] = 1e-6                     # small values: masked in the benchmark group
+        b[1000:1400] = 1e-7                                # a run across block borders
+        check(b, (b * (1 + 1e-3 * rng.standard_normal(n))).astype(np.float32), "float32", 1 << 16)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 1000, 8191, 8192, 8193, 20000, 65539])
 @pytest.mark.parametrize("bufsize", [8192, 4096])
