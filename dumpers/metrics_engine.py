@@ -9,7 +9,9 @@ keep the scalar types msprobe writes: float32 results stay ``np.float32``, float
 Python ``float``, "no data" results the integer ``0``.
 
 Inputs are numpy arrays or chunk sources: objects with ``dtype`` (a numpy dtype), ``size`` and
-``read(start, stop)`` returning a 1-D array, optionally ``read_into(start, stop, out)`` filling a buffer.
+``read(start, stop)`` returning a 1-D array, optionally ``read_into(start, stop, out)`` filling a buffer, or
+``read_bits(start, stop)`` returning the chunk of a float32 source held as bfloat16 as its int16 bits (the
+kernel widens them itself: no converted copy).
 """
 from __future__ import annotations
 
@@ -47,6 +49,18 @@ class ArraySource:
 
     def read(self, start: int, stop: int) -> np.ndarray:
         return self.array[start:stop]
+
+
+class Bf16BitsSource(ArraySource):
+    """float32 values that are bfloat16 values (their low 16 bits zero), handed to the kernel as their int16 bits
+    (``read_bits``), as a bfloat16 tensor's chunk source hands them."""
+
+    def __init__(self, array: Any) -> None:
+        super().__init__(np.asarray(array, np.float32))
+        self.bits = (self.array.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+
+    def read_bits(self, start: int, stop: int) -> np.ndarray:
+        return self.bits[start:stop]
 
 
 def as_source(x: Any) -> Any:
@@ -88,6 +102,9 @@ class Groups(NamedTuple):
 
 
 def _read(source: Any, start: int, stop: int, buf: np.ndarray) -> np.ndarray:
+    bits = getattr(source, "read_bits", None)
+    if bits is not None:
+        return bits(start, stop)
     into = getattr(source, "read_into", None)
     if into is not None:
         return into(start, stop, buf)
@@ -300,8 +317,9 @@ def max_abs_error(bench: np.ndarray, device: np.ndarray) -> float:
 
 
 def warm_up() -> None:
-    """Run the kernel once for the dtype pairs of fp32, bf16, fp16 and fp64 outputs (1.7), every group on,
-    so their compiled code is loaded (or compiled, the first time) before the first real output."""
+    """Run the kernel once for the dtype pairs of fp32, bf16 (as float32 arrays and as bfloat16 bits), fp16 and
+    fp64 outputs (1.7), every group on, so their compiled code is loaded (or compiled, the first time) before the
+    first real output."""
     x = np.linspace(-1.0, 1.0, 8)
     groups = Groups(eps=1e-7, ratios=(("a", 0.01), ("b", 0.001), ("c", 0.0001)), binary=True,
                     small_value=(1e-3, 1e-5), absolute=(1e-3, 1e-3, 1e-5, 65504.0),
@@ -310,3 +328,4 @@ def warm_up() -> None:
                    (np.float64, np.float64)):
         run(x.astype(tb), x.astype(td), groups._replace(ulp=(-14, 10, "float32", 1.0)) if tb is np.float32
             else groups)
+    run(x.astype(np.float32), Bf16BitsSource(x), groups._replace(ulp=(-126, 7, "float32", 1.0)))

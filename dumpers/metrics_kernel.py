@@ -9,8 +9,9 @@ sums those arrays with numpy (``np.sum``, ``np.einsum``), so the sums keep numpy
 Every operation is done in the numpy type the reference computes it in: float32 and float64 natively, so a loop
 is the reference's per-element arithmetic, branch-free and vectorised; float16 (numba has none) on float32 values
 rounded to float16 after each operation, which is exact (a float32 result of one +, -, * or / of float16 values
-rounds to the float16 result). float16 arrays are read as their bits. Exponents come from the bits of the floats;
-the rare elements whose exponent needs the rounded logarithm (see :func:`_ulp_fast`) take a second, scalar look.
+rounds to the float16 result). float16 and bfloat16 come as their bits (uint16, int16), widened in the loop, so
+no converted copy is made. Exponents come from the bits of the floats; the rare elements whose exponent needs the
+rounded logarithm (see :func:`_ulp_fast`) take a second, scalar look.
 """
 from __future__ import annotations
 
@@ -57,14 +58,14 @@ _from_bits32 = _bitcast(types.int32, types.float32, ir.FloatType())
 # A type is named by a zero of it: np.float64(0), np.float32(0), or np.uint16(0) for float16 (whose values are
 # float32 numbers rounded to float16).
 def _type_of(a):
-    """The type the elements of array ``a`` are computed in (float16 arrays come as their uint16 bits)."""
+    """The type the elements of array ``a`` are computed in (float16 comes as uint16 bits, bfloat16 as int16)."""
 
 
 @overload(_type_of)
 def _type_of_typed(a):
     if a.dtype == types.float64:
         return lambda a: np.float64(0.0)
-    if a.dtype == types.float32:
+    if a.dtype in (types.float32, types.int16):             # int16: the bits of bfloat16, exact in float32
         return lambda a: np.float32(0.0)
     return lambda a: np.uint16(0)
 
@@ -96,20 +97,21 @@ def _rnd_typed(x, z):
 
 
 def _load(a, i):
-    """Element ``i`` of a float array in its type (float16 bits as a float32 value)."""
+    """Element ``i`` of a float array in its type (float16 and bfloat16 bits as a float32 value)."""
 
 
 @overload(_load)
 def _load_typed(a, i):
     if a.dtype == types.uint16:
         return lambda a, i: _f16_value(a[i])
+    if a.dtype == types.int16:
+        return lambda a, i: _from_bits32(np.int32(np.int32(a[i]) << 16))
     return lambda a, i: a[i]
 
 
 def _key(x):
-    """An order key of a value >= 0 or NaN: its bits with the sign cleared. Every NaN's key is above inf's, so
-    the maximum of the keys is numpy's NaN-propagating maximum, as an integer maximum (which, unlike a NaN-aware
-    float maximum, does not serialise the loop)."""
+    """An order key of a value >= 0 or NaN: its bits, sign cleared (every NaN's above inf's), so numpy's
+    NaN-propagating maximum is an integer maximum, which unlike a NaN-aware float maximum vectorises."""
 
 
 @overload(_key)
@@ -234,13 +236,12 @@ def _ulp_slow(bc, dc, zc, min_eb, exp_num):
 
 @_jit
 def chunk_pass(b, d, flags, par, sq, re, b64, d64, ulp, cnt, mx):
-    """One chunk: ``b``/``d`` bench and device (float64, float32, or the uint16 bits of float16), ``flags`` the
-    groups, ``par`` the parameters. Writes ``sq`` (masked squares), ``re`` (kept relative errors, compacted),
-    ``b64``/``d64`` (float64 copies for the dot products, agreed non-finite positions zeroed), ``ulp`` (ULP
-    errors, in its element type: the ULP compute type); adds to ``cnt`` and ``mx``. Returns how many relative
-    errors were kept."""
+    """One chunk: ``b``/``d`` bench and device (float64, float32, float16 bits as uint16, bfloat16 bits as int16),
+    ``flags`` the groups, ``par`` the parameters. Writes ``sq`` (masked squares), ``re`` (kept relative errors,
+    compacted), ``b64``/``d64`` (float64 copies for the dot products, agreed non-finite positions zeroed), ``ulp``
+    (ULP errors, in the ULP compute type: its element type); adds to ``cnt`` and ``mx``; returns how many relative
+    errors were kept. The types follow from the arrays' element types: constants of each compiled version."""
     n = b.shape[0]
-    # the types follow from the arrays' element types, so they are constants of each compiled version
     zb, zd = _type_of(b), _type_of(d)
     zae = _wider(zb, zd)                         # numpy's result type of bench and device
     zc = _type_of(ulp)                           # the ULP compute type
@@ -248,10 +249,10 @@ def chunk_pass(b, d, flags, par, sq, re, b64, d64, ulp, cnt, mx):
     eps = _rnd(par[P_EPS], zb)
     t0, t1, t2 = _rnd(par[P_T0], zae), _rnd(par[P_T1], zae), _rnd(par[P_T2], zae)
     kept = n
-    if flags & LEGACY:
-        _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, b64, d64, cnt, mx)
-    elif flags & BINARY:
-        _binary(b, d, zd, zae, agree, cnt)
+    if flags & (LEGACY | BINARY):
+        agreed = _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, cnt, mx)
+        if flags & LEGACY:
+            _copies(b, d, zb, zd, zae, agreed > 0, b64, d64)
     if flags & SMALL:
         kept = _small(b, d, zb, zd, zae, eps, _rnd(par[P_SV], zb), _rnd(par[P_SV_ATOL], zae), sq, re, cnt, mx)
     if flags & ABSOLUTE:
@@ -262,8 +263,9 @@ def chunk_pass(b, d, flags, par, sq, re, b64, d64, ulp, cnt, mx):
 
 
 @_jit
-def _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, b64, d64, counts, mx):
-    """Cosine's copies, max abs error, the three ratios, the binary rate and the non-finite agreement (2.1-2.4)."""
+def _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, counts, mx):
+    """Max abs error, the three ratios, the binary rate and the non-finite agreement (2.1-2.4); returns how many
+    non-finite positions agree."""
     r0 = r1 = r2 = n_bin = n_agreed = n_mismatch = np.int32(0)
     k_ae, k_b, k_d = _start(mx[M_AE], zae), _start(mx[M_B], zb), _start(mx[M_D], zd)
     for i in range(b.shape[0]):
@@ -278,34 +280,30 @@ def _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, b64, d64, counts, mx):
         r0 = _inc(r0, agreed | (r < t0))
         r1 = _inc(r1, agreed | (r < t1))
         r2 = _inc(r2, agreed | (r < t2))
-        bl = _rnd(0.0, zb) if agreed else bv
-        dl = _rnd(0.0, zd) if agreed else dv
         k_ae = max(k_ae, _key(_rnd(0.0, zae) if agreed else ae))
-        k_b, k_d = max(k_b, _key(bl)), max(k_d, _key(dl))
-        b64[i] = bl
-        d64[i] = dl
+        k_b = max(k_b, _key(_rnd(0.0, zb) if agreed else bv))
+        k_d = max(k_d, _key(_rnd(0.0, zd) if agreed else dv))
         n_bin = _inc(n_bin, (bv != dv) & ~(agreed & (dv != dv) & (bv != bv)))
     for slot, v in ((C_R0, r0), (C_R1, r1), (C_R2, r2), (C_BIN, n_bin), (C_AGREED, n_agreed),
                     (C_MISMATCH, n_mismatch)):
         counts[slot] += v
     mx[M_AE], mx[M_B], mx[M_D] = _unkey(k_ae), _unkey(k_b), _unkey(k_d)
+    return n_agreed
 
 
 @_jit
-def _binary(b, d, zd, zae, agree, counts):
-    """The binary rate and the non-finite agreement (2.4) alone."""
-    n_bin = n_agreed = n_mismatch = np.int32(0)
+def _copies(b, d, zb, zd, zae, agreed, b64, d64):
+    """The float64 copies the cosine's dot products read, the agreed non-finite positions (if ``agreed``: the
+    chunk has any) zeroed. (A loop of its own: with these float64 stores the legacy loop runs half as wide.)"""
+    if not agreed:
+        for i in range(b.shape[0]):
+            b64[i], d64[i] = _load(b, i), _load(d, i)
+        return
     for i in range(b.shape[0]):
         bv, dv = _load(b, i), _load(d, i)
         bt = _rnd(bv, zd)
-        nonfinite = agree & ~_finite(_rnd(dv - bv, zae))
-        agreed = nonfinite & (((dv != dv) & (bt != bt)) | (dv == bt))
-        n_agreed = _inc(n_agreed, agreed)
-        n_mismatch = _inc(n_mismatch, nonfinite != agreed)
-        n_bin = _inc(n_bin, (bv != dv) & ~(agreed & (dv != dv) & (bv != bv)))
-    counts[C_BIN] += n_bin
-    counts[C_AGREED] += n_agreed
-    counts[C_MISMATCH] += n_mismatch
+        zero = ~_finite(_rnd(dv - bv, zae)) & (((dv != dv) & (bt != bt)) | (dv == bt))
+        b64[i], d64[i] = (_rnd(0.0, zb) if zero else bv), (_rnd(0.0, zd) if zero else dv)
 
 
 @_jit

@@ -151,6 +151,29 @@ def test_ulp_exponent_at_the_bounds_of_the_bit_shortcut(tb, td, ulp):
     check(b[keep], d[keep], ulp, 1 << 16)
 
 
+@settings(max_examples=60, deadline=None)
+@given(pair_arrays(), st.sampled_from([1 << 16, 7, 64]), st.booleans())
+def test_bfloat16_bits_read_by_the_kernel_equal_the_float32_reference(arrays, chunk, agree):
+    """A bfloat16 device output read as its bits gives the numbers of its float32 values, specials included."""
+    b, d, _ = arrays
+    b = b.astype(np.float32)
+    d = (d.astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)   # bfloat16 values
+    assert np.array_equal(engine.Bf16BitsSource(d).read_bits(0, d.size).view(np.uint16).astype(np.uint32) << 16,
+                          d.view(np.uint32))
+    args = {"eps": 2.0 ** -8, "binary": True, "small_value": (1e-3, 1e-5),
+            "absolute": (1e-3, 1e-3, 1e-5, 3.3895313892515355e38), "ulp": (-126, 7, "float32", 1.0)}
+    if b.size == 0:
+        return
+    want = reference(b, d, agree_nonfinite=agree, chunk=chunk, **args)
+    got = engine.run(b, engine.Bf16BitsSource(d), engine.Groups(ratios=RATIOS, agree_nonfinite=agree, **args), chunk)
+    for key, value in want.items():
+        if key == "cosine":
+            assert (got.cosine.value, got.cosine.passed) == value or (
+                math.isnan(value[0]) and math.isnan(got.cosine.value) and not got.cosine.passed), key
+        else:
+            assert same(got.values[key], value), (key, got.values[key], value)
+
+
 def test_kept_relative_errors_in_order_whatever_the_masked_pattern():
     """Masked elements sparse, in runs, everywhere and nowhere, across whole blocks of the compaction and its
     tail: the kept relative errors keep their order (their sum is numpy's of the kept ones)."""
