@@ -196,24 +196,24 @@ def _pow2(k):
 _BOUND32, _BOUND64 = 0x7ffe00, 0xfffffffc00000       # the mantissa fields of 2 - 2**-14 and 2 - 2**-30
 
 
-def _ulp_fast(bc, min_eb, exp_num):
-    """(whether the exponent of ``bc`` comes from its bits, 2**(exp_num - max(eb, min_eb)) in bc's type)."""
+def _ulp_fast(bc, min_eb, exp_num, exact):
+    """(whether the exponent of ``bc`` comes from its bits, 2**(exp_num - max(eb, min_eb)) in bc's type);
+    ``exact``: the parameters are integers (float32 works them in int32, 8 lanes wide)."""
 
 
 @overload(_ulp_fast)
-def _ulp_fast_typed(bc, min_eb, exp_num):
+def _ulp_fast_typed(bc, min_eb, exp_num, exact):
     if bc == types.float32:
-        def impl(bc, min_eb, exp_num):
-            bits = np.int64(_bits32(bc)) & 0x7fffffff
-            field, mant = bits >> 23, bits & 0x7fffff
-            fast = (bits == 0) | ((field > 0) & (field < 0xff) & (mant <= _BOUND32))
-            eb = np.float64(0 if bits == 0 else field - 127)
-            k = exp_num - (eb if eb >= min_eb else min_eb)
-            k = min(max(k, -1022.0), 1023.0)
-            return fast, np.float32(_from_bits(np.int64(k + 1023) << 52))
+        def impl(bc, min_eb, exp_num, exact):
+            bits = np.int32(_bits32(bc) & 0x7fffffff)
+            field = np.int32(bits >> 23)
+            k = np.int32(np.int32(exp_num) - max(np.int32(0 if bits == 0 else field - 127), np.int32(min_eb)))
+            fast = exact & ((bits == 0) | ((field > 0) & (field < 0xff) & (np.int32(bits & 0x7fffff) <= _BOUND32)))
+            fast &= (k >= -126) & (k <= 127)                  # 2**k a normal float32
+            return fast, _from_bits32(np.int32((min(max(k, -126), 127) + 127) << 23))
         return impl
 
-    def impl(bc, min_eb, exp_num):
+    def impl(bc, min_eb, exp_num, exact):
         bits = _bits(np.float64(bc)) & 0x7fffffffffffffff
         field, mant = bits >> 52, bits & 0xfffffffffffff
         fast = (bits == 0) | ((field > 0) & (field < 0x7ff) & (mant <= _BOUND64))
@@ -223,6 +223,16 @@ def _ulp_fast_typed(bc, min_eb, exp_num):
         k = min(max(k, -1022.0), 1023.0)
         return fast, _from_bits(np.int64(k + 1023) << 52)
     return impl
+
+
+@_inline
+def _ulp_fix(b, d, i, zc, min_eb, exp_num, thr, mark, ulp, above, k_ulp):
+    """Element ``i`` the general way if the fast loop marked it; the count above and the maximum's key."""
+    if ulp[i] != mark:
+        return above, k_ulp
+    u = _ulp_slow(_rnd(_load(b, i), zc), _rnd(_load(d, i), zc), zc, min_eb, exp_num)
+    ulp[i] = u
+    return _inc(above, u > thr), max(k_ulp, _key(u))
 
 
 @_inline
@@ -344,9 +354,8 @@ _BLOCK = 128
 @_jit
 def _compact(re, n):
     """Move the kept relative errors (all but -inf) of ``re[:n]`` to the front, in order; returns how many.
-    Whole blocks without a masked element move at once (through a buffer, so that both copies vectorise), the
-    others and the tail one element at a time. (Loops of a constant length vectorise; ones bounded by a ``min``
-    do not.)"""
+    Blocks without a masked element move whole (through a buffer, so both copies vectorise: loops of constant
+    length do, ones bounded by a ``min`` do not), the others and the tail one element at a time."""
     buf = np.empty(_BLOCK, re.dtype)
     kept = 0
     full = n - n % _BLOCK
@@ -412,35 +421,29 @@ def _absolute(b, d, zb, zd, zae, eps, par, class_match, counts):
 
 @_jit
 def _ulp(b, d, zc, min_eb, exp_num, thr, ulp, counts, mx):
-    """The ULP errors (2.7): the exponent from the bits; the elements it cannot give in a second, scalar look
-    over the blocks that hold them."""
+    """The ULP errors (2.7): the exponent from the bits; the elements that cannot take it, one by one after."""
     n = b.shape[0]
     above = n_slow = np.int32(0)
     k_ulp = _start(mx[M_ULP], zc)
+    mark = _rnd(-1.0, zc)
+    exact = (np.floor(min_eb) == min_eb) & (np.floor(exp_num) == exp_num) & (abs(min_eb) + abs(exp_num) < 2.0 ** 20)
     for i in range(n):
         bc, dc = _rnd(_load(b, i), zc), _rnd(_load(d, i), zc)
-        fast, p = _ulp_fast(bc, min_eb, exp_num)
+        fast, p = _ulp_fast(bc, min_eb, exp_num, exact)
         u = abs(_rnd(_rnd(dc - bc, zc) * p, zc))
-        ulp[i] = u
+        ulp[i] = u if fast else mark              # an element for the second look (an error is >= 0)
         n_slow = _inc(n_slow, ~fast)
         k_ulp = max(k_ulp, _key(u) if fast else _start(-1.0, zc))
         above = _inc(above, fast & (u > thr))
-    block = 64
-    for lo in range(0, n if n_slow else 0, block):
-        hi = min(lo + block, n)
-        slow = False
-        for i in range(lo, hi):
-            slow |= ~_ulp_fast(_rnd(_load(b, i), zc), min_eb, exp_num)[0]
-        if not slow:
-            continue
-        for i in range(lo, hi):
-            bc, dc = _rnd(_load(b, i), zc), _rnd(_load(d, i), zc)
-            if _ulp_fast(bc, min_eb, exp_num)[0]:
-                continue
-            u = _ulp_slow(bc, dc, zc, min_eb, exp_num)
-            ulp[i] = u
-            k_ulp = max(k_ulp, _key(u))
-            above = _inc(above, u > thr)
+    full = (n - n % 64) if n_slow else 0
+    for lo in range(0, full, 64):                 # the blocks of 64 that hold a marked element, then the tail
+        marked = np.int32(0)
+        for i in range(64):                       # (a loop of constant length vectorises)
+            marked = _inc(marked, ulp[lo + i] == mark)
+        for i in range(lo, lo + 64 if marked else lo):
+            above, k_ulp = _ulp_fix(b, d, i, zc, min_eb, exp_num, thr, mark, ulp, above, k_ulp)
+    for i in range(full, n if n_slow else full):
+        above, k_ulp = _ulp_fix(b, d, i, zc, min_eb, exp_num, thr, mark, ulp, above, k_ulp)
     counts[C_ULP_ABOVE] += above
     mx[M_ULP] = _unkey(k_ulp)
 

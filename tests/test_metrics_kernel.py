@@ -174,6 +174,20 @@ def test_bfloat16_bits_read_by_the_kernel_equal_the_float32_reference(arrays, ch
             assert same(got.values[key], value), (key, got.values[key], value)
 
 
+@pytest.mark.parametrize("tb", [np.float32, np.float64])
+def test_ulp_factor_outside_the_normal_range(tb):
+    """bfloat16's ULP parameters (min_eb -126, 7 mantissa bits) on bench values near 2**-126, where
+    2**(7 - eb) leaves float32's normal range, and on subnormals and zeros."""
+    x = np.ldexp(np.linspace(1.0, 1.99, 9), np.arange(-130, -112)[:, None]).ravel()
+    b = np.concatenate([x, -x, [0.0, -0.0, 1e-45, 3e-39]]).astype(tb)
+    d = (b.astype(np.float64) * (1 + 1e-2)).astype(np.float32)
+    args = {"eps": 2.0 ** -8, "ulp": (-126, 7, "float32", 1.0)}
+    want = reference(b, d, **args)
+    got = engine.run(b, d, engine.Groups(ratios=RATIOS, **args)).values
+    for key in ("ulp_max", "ulp_mean", "ulp_above_threshold_ratio"):
+        assert same(got[key], want[key]), (key, got[key], want[key])
+
+
 def test_kept_relative_errors_in_order_whatever_the_masked_pattern():
     """Masked elements sparse, in runs, everywhere and nowhere, across whole blocks of the compaction and its
     tail: the kept relative errors keep their order (their sum is numpy's of the kept ones)."""
