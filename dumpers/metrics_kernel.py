@@ -259,10 +259,11 @@ def chunk_pass(b, d, flags, par, sq, re, b64, d64, ulp, cnt, mx):
     eps = _rnd(par[P_EPS], zb)
     t0, t1, t2 = _rnd(par[P_T0], zae), _rnd(par[P_T1], zae), _rnd(par[P_T2], zae)
     kept = n
-    if flags & (LEGACY | BINARY):
-        agreed = _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, cnt, mx)
-        if flags & LEGACY:
-            _copies(b, d, zb, zd, zae, agreed > 0, b64, d64)
+    if flags & LEGACY:      # first: it streams the chunk in at an even pace whatever the arrays' offsets
+        _copies(b, d, zb, zd, zae, False, b64, d64)   # (the faster legacy loop first stalled up to 3x on some)
+    agreed = _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, cnt, mx) if flags & (LEGACY | BINARY) else 0
+    if agreed and flags & LEGACY:
+        _copies(b, d, zb, zd, zae, True, b64, d64)    # the agreed non-finite positions zeroed
     if flags & SMALL:
         kept = _small(b, d, zb, zd, zae, eps, _rnd(par[P_SV], zb), _rnd(par[P_SV_ATOL], zae), sq, re, cnt, mx)
     if flags & ABSOLUTE:
@@ -303,8 +304,8 @@ def _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, counts, mx):
 
 @_jit
 def _copies(b, d, zb, zd, zae, agreed, b64, d64):
-    """The float64 copies the cosine's dot products read, the agreed non-finite positions (if ``agreed``: the
-    chunk has any) zeroed. (A loop of its own: with these float64 stores the legacy loop runs half as wide.)"""
+    """The float64 copies the dot products read; if ``agreed``, the agreed non-finite positions zeroed. (A loop of
+    its own: with these float64 stores the legacy loop runs half as wide.)"""
     if not agreed:
         for i in range(b.shape[0]):
             b64[i], d64[i] = _load(b, i), _load(d, i)
@@ -353,9 +354,8 @@ _BLOCK = 128
 
 @_jit
 def _compact(re, n):
-    """Move the kept relative errors (all but -inf) of ``re[:n]`` to the front, in order; returns how many.
-    Blocks without a masked element move whole (through a buffer, so both copies vectorise: loops of constant
-    length do, ones bounded by a ``min`` do not), the others and the tail one element at a time."""
+    """Move the kept relative errors (not -inf) of ``re[:n]`` to the front, in order; returns how many. Blocks
+    without a masked one move whole (through a buffer: both copies vectorise), the others one by one."""
     buf = np.empty(_BLOCK, re.dtype)
     kept = 0
     full = n - n % _BLOCK
