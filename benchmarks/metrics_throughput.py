@@ -118,7 +118,7 @@ def first_call() -> None:
         for path in moved:
             shutil.move(path, cache)
         os.rmdir(saved)
-    print(f"first call (import + warm_up of 4 dtype pairs in a fresh interpreter): {warm:.2f} s with numba's "
+    print(f"first call (import + warm_up of the usual dtype pairs in a fresh interpreter): {warm:.2f} s with numba's "
           f"cache, {cold:.2f} s compiling the kernel (no cache)")
 
 

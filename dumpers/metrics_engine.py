@@ -9,7 +9,9 @@ keep the scalar types msprobe writes: float32 results stay ``np.float32``, float
 Python ``float``, "no data" results the integer ``0``.
 
 Inputs are numpy arrays or chunk sources: objects with ``dtype`` (a numpy dtype), ``size`` and
-``read(start, stop)`` returning a 1-D array, optionally ``read_into(start, stop, out)`` filling a buffer.
+``read(start, stop)`` returning a 1-D array, optionally ``read_into(start, stop, out)`` filling a buffer, or
+``read_bits(start, stop)`` returning the chunk of a float32 source held as bfloat16 as its int16 bits (the
+kernel widens them itself: no converted copy).
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ MSG_BENCH_ZERO = "All the data is zero in bench dump data."
 MSG_COS_NAN = "Dump data has NaN when comparing with Cosine Similarity."
 MSG_EMPTY_MAX = "zero-size array to reduction operation maximum which has no identity"
 
-_KIND = {np.dtype(np.float64): K.F64, np.dtype(np.float32): K.F32, np.dtype(np.float16): K.F16}
+_FLOATS = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16))
+_ULP_TYPES = (np.dtype(np.float64), np.dtype(np.float32))
 # unscaled float64 sums of squares are safe for maxima in this range (n <= 2^63 elements)
 _SAFE_LO, _SAFE_HI = 1e-130, 1e130
 
@@ -46,6 +49,18 @@ class ArraySource:
 
     def read(self, start: int, stop: int) -> np.ndarray:
         return self.array[start:stop]
+
+
+class Bf16BitsSource(ArraySource):
+    """float32 values that are bfloat16 values (their low 16 bits zero), handed to the kernel as their int16 bits
+    (``read_bits``), as a bfloat16 tensor's chunk source hands them."""
+
+    def __init__(self, array: Any) -> None:
+        super().__init__(np.asarray(array, np.float32))
+        self.bits = (self.array.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+
+    def read_bits(self, start: int, stop: int) -> np.ndarray:
+        return self.bits[start:stop]
 
 
 def as_source(x: Any) -> Any:
@@ -87,6 +102,9 @@ class Groups(NamedTuple):
 
 
 def _read(source: Any, start: int, stop: int, buf: np.ndarray) -> np.ndarray:
+    bits = getattr(source, "read_bits", None)
+    if bits is not None:
+        return bits(start, stop)
     into = getattr(source, "read_into", None)
     if into is not None:
         return into(start, stop, buf)
@@ -103,8 +121,10 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
     bs, ds = as_source(bench), as_source(device)
     if bs.size != ds.size:
         raise ValueError(f"bench has {bs.size} elements but device has {ds.size}; compare shapes first")
+    if not 0 < chunk < 1 << 31:
+        raise ValueError(f"chunk is {chunk} elements; the kernel counts a chunk in int32: pass 1 .. 2**31 - 1")
     tb, td = np.dtype(bs.dtype), np.dtype(ds.dtype)
-    if tb not in _KIND or td not in _KIND:
+    if tb not in _FLOATS or td not in _FLOATS:
         raise TypeError(f"float metrics need float16/32/64 arrays, not {tb.name} and {td.name}")
     tae = np.result_type(tb, td)
     n = bs.size
@@ -127,7 +147,9 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
     if g.ulp is not None:
         min_eb, exponent_num, compute, thr = g.ulp
         tc = np.dtype(compute)
-        par[K.P_MIN_EB], par[K.P_EXP], par[K.P_THR], par[K.P_KC] = min_eb, exponent_num, tc.type(thr), _KIND[tc]
+        if tc not in _ULP_TYPES:
+            raise TypeError(f"the ULP compute type is float32 or float64, not {tc.name}")
+        par[K.P_MIN_EB], par[K.P_EXP], par[K.P_THR] = min_eb, exponent_num, tc.type(thr)
     k = max(min(chunk, n), 1)
     dots = g.legacy
     sq, re = np.empty(k, tae), np.empty(k, tae)
@@ -147,7 +169,7 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
             m = stop - start
             bc = _kernel_view(_read(bs, start, stop, bbuf[:m]))
             dc = _kernel_view(_read(ds, start, stop, dbuf[:m]))
-            kept = K.chunk_pass(bc, dc, _KIND[tb], _KIND[td], flags, par, sq_k[:m], re_k[:m],
+            kept = K.chunk_pass(bc, dc, flags, par, sq_k[:m], re_k[:m],
                                 b64[:m] if dots else b64, d64[:m] if dots else d64, ulp[:m], cnt, mx)
             if small:
                 if sq_k is not sq:
@@ -242,14 +264,15 @@ def _normalised_dots(n: int, chunk: int, md: Any, mb: Any, data: tuple, g: Group
     par = np.zeros(K.N_PAR)
     par[K.P_EPS] = tb.type(g.eps)
     flags = K.LEGACY | (K.AGREE if g.agree_nonfinite else 0)
-    empty = np.empty(0)
+    ta = np.result_type(tb, td)
+    empty = np.empty(0, np.float32 if ta == np.float16 else ta)      # as the pass's scratch types
     dot = sdd = sbb = 0.0
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
         m = stop - start
         bc = _kernel_view(np.asarray(bs.read(start, stop), tb))
         dc = _kernel_view(np.asarray(ds.read(start, stop), td))
-        K.chunk_pass(bc, dc, _KIND[tb], _KIND[td], flags, par, empty, empty, b64[:m], d64[:m],
+        K.chunk_pass(bc, dc, flags, par, empty, empty, b64[:m], d64[:m],
                      np.empty(0, np.float32), cnt, mx)
         d, b = d64[:m] / md, b64[:m] / mb
         dot += float(np.einsum("i,i->", d, b))
@@ -294,8 +317,9 @@ def max_abs_error(bench: np.ndarray, device: np.ndarray) -> float:
 
 
 def warm_up() -> None:
-    """Run the kernel once for the dtype pairs of fp32, bf16, fp16 and fp64 outputs (1.7), every group on,
-    so their compiled code is loaded (or compiled, the first time) before the first real output."""
+    """Run the kernel once for the dtype pairs of fp32, bf16 (as float32 arrays and as bfloat16 bits), fp16 and
+    fp64 outputs (1.7), every group on, so their compiled code is loaded (or compiled, the first time) before the
+    first real output."""
     x = np.linspace(-1.0, 1.0, 8)
     groups = Groups(eps=1e-7, ratios=(("a", 0.01), ("b", 0.001), ("c", 0.0001)), binary=True,
                     small_value=(1e-3, 1e-5), absolute=(1e-3, 1e-3, 1e-5, 65504.0),
@@ -304,3 +328,4 @@ def warm_up() -> None:
                    (np.float64, np.float64)):
         run(x.astype(tb), x.astype(td), groups._replace(ulp=(-14, 10, "float32", 1.0)) if tb is np.float32
             else groups)
+    run(x.astype(np.float32), Bf16BitsSource(x), groups._replace(ulp=(-126, 7, "float32", 1.0)))

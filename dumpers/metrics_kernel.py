@@ -1,16 +1,17 @@
 """The compiled per-chunk pass of the precision metrics (numba, ``cache=True``): every metric group, one kernel.
 
-:func:`chunk_pass` reads one chunk of the prepared bench and device arrays from memory once and computes, in
-one loop per metric group over the chunk while it is in the cache (each group's loop holds only its own code,
-so the common ones vectorise), everything of spec precision-standard.md section 2 that does not depend on the
-order of the elements: counts, NaN-propagating maxima, the masked squares, the kept relative errors (in
-order), the ULP errors and the float64 copies the cosine's dot products read. :mod:`dumpers.metrics_engine` sums those
-arrays with numpy (``np.sum``, ``np.einsum``), so the sums keep numpy's own order and bits.
+:func:`chunk_pass` reads one chunk of the prepared bench and device arrays and computes, in one loop per metric
+group over the chunk while it is in the cache, everything of spec precision-standard.md section 2 that does not
+depend on the order of the elements: counts, NaN-propagating maxima, the masked squares, the kept relative errors
+(in order), the ULP errors and the float64 copies the cosine's dot products read. :mod:`dumpers.metrics_engine`
+sums those arrays with numpy (``np.sum``, ``np.einsum``), so the sums keep numpy's own order and bits.
 
-Every operation is done in float64 and rounded to the numpy type the reference computes it in (float16,
-float32 or float64; each of these is exact: a float64 result of one +, -, * or / of float16/float32 values
-rounds to the same value as the operation in that type), so the numbers are the numpy reference's bit for
-bit. float16 arrays are read as their bits (numba has no float16).
+Every operation is done in the numpy type the reference computes it in: float32 and float64 natively, so a loop
+is the reference's per-element arithmetic, branch-free and vectorised; float16 (numba has none) on float32 values
+rounded to float16 after each operation, which is exact (a float32 result of one +, -, * or / of float16 values
+rounds to the float16 result). float16 and bfloat16 come as their bits (uint16, int16), widened in the loop, so
+no converted copy is made. Exponents come from the bits of the floats; the rare elements whose exponent needs the
+rounded logarithm (see :func:`_ulp_fast`) take a second, scalar look.
 """
 from __future__ import annotations
 
@@ -22,14 +23,11 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
 
-# element kinds: what numpy type a value lives in
-F64, F32, F16 = 0, 1, 2
 # metric groups
 LEGACY, BINARY, SMALL, ABSOLUTE, ULP, AGREE, CLASS_MATCH = 1, 2, 4, 8, 16, 32, 64
-# par: eps, t0, t1, t2, sv, sv_atol, a_sv, a_atol, a_rtol, a_hi, ulp_min_eb, ulp_exp, ulp_thr, ulp compute kind
-(P_EPS, P_T0, P_T1, P_T2, P_SV, P_SV_ATOL, P_A_SV, P_A_ATOL, P_A_RTOL, P_A_HI, P_MIN_EB, P_EXP, P_THR,
- P_KC) = range(14)
-N_PAR = 14
+# par: eps, t0, t1, t2, sv, sv_atol, a_sv, a_atol, a_rtol, a_hi, ulp_min_eb, ulp_exp, ulp_thr
+(P_EPS, P_T0, P_T1, P_T2, P_SV, P_SV_ATOL, P_A_SV, P_A_ATOL, P_A_RTOL, P_A_HI, P_MIN_EB, P_EXP, P_THR) = range(13)
+N_PAR = 13
 # cnt: counts
 (C_R0, C_R1, C_R2, C_BIN, C_SV, C_SV_ERR, C_MASKED, C_EBP, C_EBN, C_KEPT, C_INF, C_INF_BAD, C_ASV, C_ASV_ERR,
  C_NORMAL, C_NORMAL_ERR, C_ULP_ABOVE, C_AGREED, C_MISMATCH) = range(19)
@@ -38,39 +36,124 @@ N_CNT = 19
 M_AE, M_B, M_D, M_RE, M_ULP = range(5)
 N_MAX = 5
 
-
-@intrinsic
-def _as_f32(typingctx, bits):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
-    return types.float32(types.uint32), codegen
-
-
-def _kind_of(a):
-    """The element kind of an array (F16 for the uint16 bits of float16), a constant of the compiled code."""
-
-
-@overload(_kind_of)
-def _kind_of_typed(a):
-    kind = F16 if a.dtype == types.uint16 else (F32 if a.dtype == types.float32 else F64)
-    return lambda a: kind
-
-
 _jit = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy")
 _inline = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy", inline="always")
 
 
-@_jit
+def _bitcast(src: types.Type, dst: types.Type, dst_ir: ir.Type):
+    def impl(typingctx, value):
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], dst_ir)
+        return dst(src), codegen
+    return intrinsic(impl)
+
+
+_bits = _bitcast(types.float64, types.int64, ir.IntType(64))
+_from_bits = _bitcast(types.int64, types.float64, ir.DoubleType())
+_bits32 = _bitcast(types.float32, types.int32, ir.IntType(32))
+_from_bits32 = _bitcast(types.int32, types.float32, ir.FloatType())
+
+
+# --- the numeric types, fixed per compiled version by the arrays' element types -------------------------------
+# A type is named by a zero of it: np.float64(0), np.float32(0), or np.uint16(0) for float16 (whose values are
+# float32 numbers rounded to float16).
+def _type_of(a):
+    """The type the elements of array ``a`` are computed in (float16 comes as uint16 bits, bfloat16 as int16)."""
+
+
+@overload(_type_of)
+def _type_of_typed(a):
+    if a.dtype == types.float64:
+        return lambda a: np.float64(0.0)
+    if a.dtype in (types.float32, types.int16):             # int16: the bits of bfloat16, exact in float32
+        return lambda a: np.float32(0.0)
+    return lambda a: np.uint16(0)
+
+
+def _wider(x, y):
+    """numpy's result type of two types."""
+
+
+@overload(_wider)
+def _wider_typed(x, y):
+    if types.float64 in (x, y):
+        return lambda x, y: np.float64(0.0)
+    if types.float32 in (x, y):
+        return lambda x, y: np.float32(0.0)
+    return lambda x, y: np.uint16(0)
+
+
+def _rnd(x, z):
+    """``x`` rounded to the type ``z`` (float16: a float32 holding a float16 value)."""
+
+
+@overload(_rnd)
+def _rnd_typed(x, z):
+    if z == types.float64:
+        return lambda x, z: np.float64(x)
+    if z == types.float32:
+        return lambda x, z: np.float32(x)
+    return lambda x, z: np.float32(_to_f16(np.float64(x)))
+
+
+def _load(a, i):
+    """Element ``i`` of a float array in its type (float16 and bfloat16 bits as a float32 value)."""
+
+
+@overload(_load)
+def _load_typed(a, i):
+    if a.dtype == types.uint16:
+        return lambda a, i: _f16_value(a[i])
+    if a.dtype == types.int16:
+        return lambda a, i: _from_bits32(np.int32(np.int32(a[i]) << 16))
+    return lambda a, i: a[i]
+
+
+def _key(x):
+    """An order key of a value >= 0 or NaN: its bits, sign cleared (every NaN's above inf's), so numpy's
+    NaN-propagating maximum is an integer maximum, which unlike a NaN-aware float maximum vectorises."""
+
+
+@overload(_key)
+def _key_typed(x):
+    if x == types.float32:
+        return lambda x: _bits32(abs(x))
+    return lambda x: _bits(abs(np.float64(x)))
+
+
+def _start(m, z):
+    """The key of a running maximum ``m`` of values computed in type ``z`` (-1.0: nothing seen yet -> -1)."""
+
+
+@overload(_start)
+def _start_typed(m, z):
+    if z == types.float64:
+        return lambda m, z: np.int64(-1) if m < 0 else _bits(abs(m))
+    return lambda m, z: np.int32(-1) if m < 0 else _bits32(abs(np.float32(m)))
+
+
+def _unkey(k):
+    """A running maximum's key back to its value as float64; -1 (nothing seen) stays -1.0."""
+
+
+@overload(_unkey)
+def _unkey_typed(k):
+    if k == types.int32:
+        return lambda k: -1.0 if k < 0 else np.float64(_from_bits32(k))
+    return lambda k: -1.0 if k < 0 else _from_bits(k)
+
+
+@_inline
 def _f16_value(h):
-    """float16 bits -> float64, exactly."""
-    sign = -1.0 if h & 0x8000 else 1.0
+    """float16 bits -> float32, exactly, without a branch."""
+    h = np.int32(h)
+    sign = (h & 0x8000) << 16
     e = (h >> 10) & 0x1f
     m = h & 0x3ff
-    if e == 0x1f:
-        return sign * math.inf if m == 0 else math.nan
-    if e == 0:
-        return sign * math.ldexp(float(m), -24)
-    return sign * math.ldexp(float(m | 0x400), e - 25)
+    normal = sign | ((e + 112) << 23) | (m << 13)
+    special = sign | 0x7f800000 | (m << 13)                           # inf, nan
+    tiny = sign | _bits32(np.float32(m) * np.float32(2.0 ** -24))     # zero, subnormal
+    return _from_bits32(np.int32(special if e == 0x1f else (tiny if e == 0 else normal)))
 
 
 @_jit
@@ -85,55 +168,14 @@ def _to_f16(x):
 
 
 @_inline
-def _rnd(x, kind):
-    """``x`` (float64) as the numpy type ``kind`` rounds it."""
-    if kind == F64:
-        return x
-    if kind == F32:
-        return np.float64(np.float32(x))
-    return _to_f16(x)
+def _inc(c, x):
+    """A per-chunk count plus ``x`` in int32 (a chunk holds under 2**31 elements): lanes as wide as float32's."""
+    return np.int32(c + x)
 
 
 @_inline
-def _value(a, i, kind):
-    """Element ``i`` of a float array (float16 ones as their uint16 bits) as float64."""
-    if kind == F16:
-        return _f16_value(np.uint16(a[i]))
-    return np.float64(a[i])
-
-
-@intrinsic
-def _bits(typingctx, value):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-    return types.int64(types.float64), codegen
-
-
-@intrinsic
-def _from_bits(typingctx, bits):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-    return types.float64(types.int64), codegen
-
-
-@_inline
-def _key(x):
-    """An order key of a value >= 0 or NaN: its bits with the sign cleared. Every NaN's key is above
-    inf's, so the maximum of the keys is numpy's NaN-propagating maximum, as an integer maximum (which,
-    unlike a NaN-aware float maximum, does not serialise the loop)."""
-    return _bits(abs(x))
-
-
-@_inline
-def _start(m):
-    """The key of a running maximum (-1.0: nothing seen yet -> key -1)."""
-    return np.int64(-1) if m < 0 else _key(m)
-
-
-@_inline
-def _unkey(k):
-    """A running maximum's key back to its value; -1 (nothing seen) stays -1.0."""
-    return -1.0 if k < 0 else _from_bits(k)
+def _finite(x):
+    return abs(x) < math.inf                  # False for inf and nan, without a call
 
 
 @_inline
@@ -146,144 +188,264 @@ def _pow2(k):
     return math.ldexp(1.0, int(k))
 
 
-@_inline
-def _floor_log2(a, kc):
-    """``floor(log2(a))`` with ``log2`` rounded to the compute type, as numpy computes it, for ``a > 0``.
+# The ULP exponent floor(log2|b|), with log2 rounded to the compute type as numpy computes it, is the exponent
+# field of a normal b = m * 2**e (1 <= m < 2) unless m is so close to 2 that the rounded logarithm reaches e + 1.
+# float32: |e + 1| <= 150, where half a float32 unit is at most 2**-17, and log2(m) <= 1 - 4.4e-5 for
+# m <= 2 - 2**-14; float64: |e + 1| <= 1024, half a unit at most 2**-44, log2(m) <= 1 - 6.7e-10 for m <= 2 - 2**-30.
+# Above those bounds (about one element in 16000 resp. 1e9), and for subnormals, inf and nan, the logarithm decides.
+_BOUND32, _BOUND64 = 0x7ffe00, 0xfffffffc00000       # the mantissa fields of 2 - 2**-14 and 2 - 2**-30
 
-    For a normal ``a = m * 2**e`` (1 <= m < 2) that is ``e`` unless ``m`` is so close to 2 that the rounded
-    logarithm reaches ``e + 1`` (only above m = 1.99, whatever ``e``: the type's unit there is below 2**-6);
-    those, subnormals, inf and NaN take the logarithm itself."""
-    bits = _bits(a)
-    field = (bits >> 52) & 0x7ff
-    if 0 < field < 0x7ff and (bits & 0xfffffffffffff) <= 0xfd70a3d70a3d7:    # m <= 1.99
-        return np.float64(field - 1023)
-    return np.floor(_rnd(math.log2(a), kc))
+
+def _ulp_fast(bc, min_eb, exp_num, exact):
+    """(whether the exponent of ``bc`` comes from its bits, 2**(exp_num - max(eb, min_eb)) in bc's type);
+    ``exact``: the parameters are integers (float32 works them in int32, 8 lanes wide)."""
+
+
+@overload(_ulp_fast)
+def _ulp_fast_typed(bc, min_eb, exp_num, exact):
+    if bc == types.float32:
+        def impl(bc, min_eb, exp_num, exact):
+            bits = np.int32(_bits32(bc) & 0x7fffffff)
+            field = np.int32(bits >> 23)
+            k = np.int32(np.int32(exp_num) - max(np.int32(0 if bits == 0 else field - 127), np.int32(min_eb)))
+            fast = exact & ((bits == 0) | ((field > 0) & (field < 0xff) & (np.int32(bits & 0x7fffff) <= _BOUND32)))
+            fast &= (k >= -126) & (k <= 127)                  # 2**k a normal float32
+            return fast, _from_bits32(np.int32((min(max(k, -126), 127) + 127) << 23))
+        return impl
+
+    def impl(bc, min_eb, exp_num, exact):
+        bits = _bits(np.float64(bc)) & 0x7fffffffffffffff
+        field, mant = bits >> 52, bits & 0xfffffffffffff
+        fast = (bits == 0) | ((field > 0) & (field < 0x7ff) & (mant <= _BOUND64))
+        eb = np.float64(0 if bits == 0 else field - 1023)
+        k = exp_num - (eb if eb >= min_eb else min_eb)
+        fast &= (k >= -1022.0) & (k <= 1023.0)
+        k = min(max(k, -1022.0), 1023.0)
+        return fast, _from_bits(np.int64(k + 1023) << 52)
+    return impl
+
+
+@_inline
+def _ulp_fix(b, d, i, zc, min_eb, exp_num, thr, mark, ulp, above, k_ulp):
+    """Element ``i`` the general way if the fast loop marked it; the count above and the maximum's key."""
+    if ulp[i] != mark:
+        return above, k_ulp
+    u = _ulp_slow(_rnd(_load(b, i), zc), _rnd(_load(d, i), zc), zc, min_eb, exp_num)
+    ulp[i] = u
+    return _inc(above, u > thr), max(k_ulp, _key(u))
+
+
+@_inline
+def _ulp_slow(bc, dc, zc, min_eb, exp_num):
+    """One ULP error the general way (2**k of any k, the rounded logarithm)."""
+    a = np.float64(abs(bc))
+    eb = 0.0 if a == 0 else np.floor(np.float64(_rnd(math.log2(a), zc)))
+    eb = eb if eb != eb or eb >= min_eb else min_eb
+    return abs(_rnd(_rnd(dc - bc, zc) * _rnd(_pow2(exp_num - eb), zc), zc))
 
 
 @_jit
-def chunk_pass(b, d, kb, kd, flags, par, sq, re, b64, d64, ulp, cnt, mx):
-    """One chunk: ``b``/``d`` bench and device (kinds ``kb``/``kd``), ``flags`` the groups, ``par`` the
-    parameters. Writes ``sq`` (masked squares), ``re`` (kept relative errors, compacted), ``b64``/``d64``
-    (float64 copies for the dot products, agreed non-finite positions zeroed; skipped when empty), ``ulp``
-    (ULP errors); adds to ``cnt`` and ``mx``."""
+def chunk_pass(b, d, flags, par, sq, re, b64, d64, ulp, cnt, mx):
+    """One chunk: ``b``/``d`` bench and device (float64, float32, float16 bits as uint16, bfloat16 bits as int16),
+    ``flags`` the groups, ``par`` the parameters. Writes ``sq`` (masked squares), ``re`` (kept relative errors,
+    compacted), ``b64``/``d64`` (float64 copies for the dot products, agreed non-finite positions zeroed), ``ulp``
+    (ULP errors, in the ULP compute type: its element type); adds to ``cnt`` and ``mx``; returns how many relative
+    errors were kept. The types follow from the arrays' element types: constants of each compiled version."""
     n = b.shape[0]
-    # the kinds follow from the arrays' element types, so they are constants of each compiled version
-    kb, kd = _kind_of(b), _kind_of(d)
-    kae = kb if kb < kd else kd                  # numpy's result type of bench and device
-    legacy, binary, small = flags & LEGACY, flags & BINARY, flags & SMALL
-    absolute, ulp_on, agree_on, class_match = flags & ABSOLUTE, flags & ULP, flags & AGREE, flags & CLASS_MATCH
-    eps = par[P_EPS]
-    t0, t1, t2 = par[P_T0], par[P_T1], par[P_T2]
-    sv, sv_atol, a_sv, a_atol, a_rtol, a_hi = (par[P_SV], par[P_SV_ATOL], par[P_A_SV], par[P_A_ATOL],
-                                               par[P_A_RTOL], par[P_A_HI])
-    kc = int(par[P_KC])                         # the ULP compute type
-    min_eb, exp_num, thr = par[P_MIN_EB], par[P_EXP], par[P_THR]
-    # counts and maxima in locals (registers), added to cnt/mx once at the end
-    r0 = r1 = r2 = n_bin = n_sv = sv_err = masked = ebp = ebn = kept = 0
-    n_inf = inf_bad = n_asv = asv_err = n_normal = normal_err = ulp_above = n_agreed = n_mismatch = 0
-    k_ae, k_b, k_d = _start(mx[M_AE]), _start(mx[M_B]), _start(mx[M_D])
-    k_re, k_ulp = _start(mx[M_RE]), _start(mx[M_ULP])
-    # One loop per group over the chunk (in cache by then): each loop holds only its group's code, so the
-    # common groups' loops vectorise (a loop holding every group's code does not).
-    if legacy or binary:
-        for i in range(n):
-            bv = _value(b, i, kb)
-            dv = _value(d, i, kd)
-            ae = abs(_rnd(dv - bv, kae))
-            agreed = False
-            if agree_on and not math.isfinite(ae):
-                bt = _rnd(bv, kd)
-                agreed = (dv != dv and bt != bt) or dv == bt
-                if agreed:
-                    n_agreed += 1
-                else:
-                    n_mismatch += 1
-            if legacy:
-                r = _rnd(ae / _rnd(abs(bv) + eps, kb), kae)
-                if agreed:
-                    k_d, k_b, k_ae = max(k_d, 0), max(k_b, 0), max(k_ae, 0)
-                    r0 += 1
-                    r1 += 1
-                    r2 += 1
-                else:
-                    k_d, k_b, k_ae = max(k_d, _key(dv)), max(k_b, _key(bv)), max(k_ae, _key(ae))
-                    r0 += r < t0
-                    r1 += r < t1
-                    r2 += r < t2
-                b64[i] = 0.0 if agreed else bv
-                d64[i] = 0.0 if agreed else dv
-            if binary and bv != dv and not (agreed and dv != dv and bv != bv):
-                n_bin += 1
-    if small:
-        for i in range(n):
-            bv = _value(b, i, kb)
-            dv = _value(d, i, kd)
-            ae = abs(_rnd(dv - bv, kae))
-            ab = abs(bv)
-            bp = _rnd(bv, kd)
-            fin = math.isfinite(dv) and math.isfinite(bp)
-            s = ab <= sv and fin
-            m = s or not fin
-            n_sv += s
-            sv_err += s and ae > sv_atol
-            masked += m
-            sq[i] = 0.0 if m else _rnd(ae * ae, kae)
-            delta = dv - bp
-            ebp += delta > 0
-            ebn += delta < 0
-            r = _rnd(ae / _rnd(ab + eps, kb), kae)
-            re[i] = -math.inf if m else r         # -inf marks a masked element: a kept one is >= 0 or NaN
-            k_re = max(k_re, -1 if m else _key(r))
-        for i in range(n):                         # the kept ones, in order, to the front
-            x = re[i]
-            if x != -math.inf:
-                re[kept] = x
-                kept += 1
-    if absolute:
-        kq = kb if kb < kd else kd
-        for i in range(n):
-            bv = _value(b, i, kb)
-            dv = _value(d, i, kd)
-            ae = abs(_rnd(dv - bv, kae))
-            ab = abs(bv)
-            abe = _rnd(ab + eps, kb)
-            bp = _rnd(bv, kd)
-            fin = math.isfinite(dv) and math.isfinite(bp)
-            s = ab <= a_sv and fin
-            n_asv += s
-            asv_err += s and ae > a_atol
-            if fin and not s:
-                n_normal += 1
-                normal_err += _rnd(ae / abe, kae) > a_rtol
-            if not fin:
-                gc = bp if bp != bp else min(max(bp, -a_hi), a_hi)
-                dc = dv if dv != dv else min(max(dv, -a_hi), a_hi)
-                ok = _rnd(abs(_rnd(dc - gc, kd)) / abe, kq) <= a_rtol or (dv != dv and gc != gc)
-                if class_match and math.isinf(bp):
-                    ok = dv == bp
-                n_inf += 1
-                inf_bad += not ok
-    if ulp_on:
-        for i in range(n):
-            bv = _value(b, i, kb)
-            dv = _value(d, i, kd)
-            bc = _rnd(bv, kc)
-            a = abs(bc)
-            eb = 0.0 if bc == 0 else _floor_log2(a, kc)
-            eb = eb if eb != eb or eb >= min_eb else min_eb
-            u = abs(_rnd(_rnd(_rnd(dv, kc) - bc, kc) * _rnd(_pow2(exp_num - eb), kc), kc))
-            ulp[i] = u
-            k_ulp = max(k_ulp, _key(u))
-            ulp_above += u > thr
-    for slot, value in ((C_R0, r0), (C_R1, r1), (C_R2, r2), (C_BIN, n_bin), (C_SV, n_sv), (C_SV_ERR, sv_err),
-                        (C_MASKED, masked), (C_EBP, ebp), (C_EBN, ebn), (C_KEPT, kept), (C_INF, n_inf),
-                        (C_INF_BAD, inf_bad), (C_ASV, n_asv), (C_ASV_ERR, asv_err), (C_NORMAL, n_normal),
-                        (C_NORMAL_ERR, normal_err), (C_ULP_ABOVE, ulp_above), (C_AGREED, n_agreed),
-                        (C_MISMATCH, n_mismatch)):
-        cnt[slot] += value
-    mx[M_AE], mx[M_B], mx[M_D] = _unkey(k_ae), _unkey(k_b), _unkey(k_d)
-    mx[M_RE], mx[M_ULP] = _unkey(k_re), _unkey(k_ulp)
+    zb, zd = _type_of(b), _type_of(d)
+    zae = _wider(zb, zd)                         # numpy's result type of bench and device
+    zc = _type_of(ulp)                           # the ULP compute type
+    agree = (flags & AGREE) != 0
+    eps = _rnd(par[P_EPS], zb)
+    t0, t1, t2 = _rnd(par[P_T0], zae), _rnd(par[P_T1], zae), _rnd(par[P_T2], zae)
+    kept = n
+    if flags & LEGACY:      # first: it streams the chunk in at an even pace whatever the arrays' offsets
+        _copies(b, d, zb, zd, zae, False, b64, d64)   # (the faster legacy loop first stalled up to 3x on some)
+    agreed = _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, cnt, mx) if flags & (LEGACY | BINARY) else 0
+    if agreed and flags & LEGACY:
+        _copies(b, d, zb, zd, zae, True, b64, d64)    # the agreed non-finite positions zeroed
+    if flags & SMALL:
+        kept = _small(b, d, zb, zd, zae, eps, _rnd(par[P_SV], zb), _rnd(par[P_SV_ATOL], zae), sq, re, cnt, mx)
+    if flags & ABSOLUTE:
+        _absolute(b, d, zb, zd, zae, eps, par, (flags & CLASS_MATCH) != 0, cnt)
+    if flags & ULP:
+        _ulp(b, d, zc, par[P_MIN_EB], par[P_EXP], _rnd(par[P_THR], zc), ulp, cnt, mx)
     return kept
+
+
+@_jit
+def _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, counts, mx):
+    """Max abs error, the three ratios, the binary rate and the non-finite agreement (2.1-2.4); returns how many
+    non-finite positions agree."""
+    r0 = r1 = r2 = n_bin = n_agreed = n_mismatch = np.int32(0)
+    k_ae, k_b, k_d = _start(mx[M_AE], zae), _start(mx[M_B], zb), _start(mx[M_D], zd)
+    for i in range(b.shape[0]):
+        bv, dv = _load(b, i), _load(d, i)
+        ae = abs(_rnd(dv - bv, zae))
+        bt = _rnd(bv, zd)
+        nonfinite = agree & ~_finite(ae)
+        agreed = nonfinite & (((dv != dv) & (bt != bt)) | (dv == bt))
+        n_agreed = _inc(n_agreed, agreed)
+        n_mismatch = _inc(n_mismatch, nonfinite != agreed)          # non-finite, not agreed
+        r = _rnd(ae / _rnd(abs(bv) + eps, zb), zae)
+        r0 = _inc(r0, agreed | (r < t0))
+        r1 = _inc(r1, agreed | (r < t1))
+        r2 = _inc(r2, agreed | (r < t2))
+        k_ae = max(k_ae, _key(_rnd(0.0, zae) if agreed else ae))
+        k_b = max(k_b, _key(_rnd(0.0, zb) if agreed else bv))
+        k_d = max(k_d, _key(_rnd(0.0, zd) if agreed else dv))
+        n_bin = _inc(n_bin, (bv != dv) & ~(agreed & (dv != dv) & (bv != bv)))
+    for slot, v in ((C_R0, r0), (C_R1, r1), (C_R2, r2), (C_BIN, n_bin), (C_AGREED, n_agreed),
+                    (C_MISMATCH, n_mismatch)):
+        counts[slot] += v
+    mx[M_AE], mx[M_B], mx[M_D] = _unkey(k_ae), _unkey(k_b), _unkey(k_d)
+    return n_agreed
+
+
+@_jit
+def _copies(b, d, zb, zd, zae, agreed, b64, d64):
+    """The float64 copies the dot products read; if ``agreed``, the agreed non-finite positions zeroed. (A loop of
+    its own: with these float64 stores the legacy loop runs half as wide.)"""
+    if not agreed:
+        for i in range(b.shape[0]):
+            b64[i], d64[i] = _load(b, i), _load(d, i)
+        return
+    for i in range(b.shape[0]):
+        bv, dv = _load(b, i), _load(d, i)
+        bt = _rnd(bv, zd)
+        zero = ~_finite(_rnd(dv - bv, zae)) & (((dv != dv) & (bt != bt)) | (dv == bt))
+        b64[i], d64[i] = (_rnd(0.0, zb) if zero else bv), (_rnd(0.0, zd) if zero else dv)
+
+
+@_jit
+def _small(b, d, zb, zd, zae, eps, sv, sv_atol, sq, re, counts, mx):
+    """The benchmark group (2.5): masked squares, error balance, the kept relative errors; returns how many."""
+    n = b.shape[0]
+    n_sv = sv_err = masked = ebp = ebn = np.int32(0)
+    k_re = _start(mx[M_RE], zae)
+    for i in range(n):
+        bv, dv = _load(b, i), _load(d, i)
+        ae = abs(_rnd(dv - bv, zae))
+        ab = abs(bv)
+        bp = _rnd(bv, zd)
+        fin = _finite(dv) & _finite(bp)
+        s = (ab <= sv) & fin
+        m = s | ~fin
+        n_sv = _inc(n_sv, s)
+        sv_err = _inc(sv_err, s & (ae > sv_atol))
+        masked = _inc(masked, m)
+        sq[i] = 0.0 if m else _rnd(ae * ae, zae)
+        delta = dv - bp
+        ebp = _inc(ebp, delta > 0)
+        ebn = _inc(ebn, delta < 0)
+        r = _rnd(ae / _rnd(ab + eps, zb), zae)
+        re[i] = -math.inf if m else r         # -inf marks a masked element: a kept one is >= 0 or NaN
+        k_re = max(k_re, _start(-1.0, zae) if m else _key(r))
+    kept = _compact(re, n) if masked else np.int32(n)
+    for slot, v in ((C_SV, n_sv), (C_SV_ERR, sv_err), (C_MASKED, masked), (C_EBP, ebp), (C_EBN, ebn),
+                    (C_KEPT, kept)):
+        counts[slot] += v
+    mx[M_RE] = _unkey(k_re)
+    return kept
+
+
+_BLOCK = 128
+
+
+@_jit
+def _compact(re, n):
+    """Move the kept relative errors (not -inf) of ``re[:n]`` to the front, in order; returns how many. Blocks
+    without a masked one move whole (through a buffer: both copies vectorise), the others one by one."""
+    buf = np.empty(_BLOCK, re.dtype)
+    kept = 0
+    full = n - n % _BLOCK
+    for lo in range(0, full, _BLOCK):
+        drop = np.int32(0)
+        for i in range(_BLOCK):
+            drop = _inc(drop, re[lo + i] == -math.inf)
+        if drop == 0:
+            if kept != lo:
+                for i in range(_BLOCK):
+                    buf[i] = re[lo + i]
+                for i in range(_BLOCK):
+                    re[kept + i] = buf[i]
+            kept += _BLOCK
+        else:
+            for i in range(lo, lo + _BLOCK):
+                x = re[i]
+                re[kept] = x
+                kept += x != -math.inf
+    for i in range(full, n):
+        x = re[i]
+        re[kept] = x
+        kept += x != -math.inf
+    return np.int32(kept)
+
+
+@_jit
+def _absolute(b, d, zb, zd, zae, eps, par, class_match, counts):
+    """The absolute-threshold group (2.6); the non-finite elements in a second, scalar loop."""
+    a_sv, a_atol, a_rtol = _rnd(par[P_A_SV], zb), _rnd(par[P_A_ATOL], zae), _rnd(par[P_A_RTOL], zae)
+    n_asv = asv_err = n_normal = normal_err = n_inf = np.int32(0)
+    for i in range(b.shape[0]):
+        bv, dv = _load(b, i), _load(d, i)
+        ae = abs(_rnd(dv - bv, zae))
+        ab = abs(bv)
+        fin = _finite(dv) & _finite(_rnd(bv, zd))
+        s = (ab <= a_sv) & fin
+        normal = fin & ~s
+        n_asv = _inc(n_asv, s)
+        asv_err = _inc(asv_err, s & (ae > a_atol))
+        n_normal = _inc(n_normal, normal)
+        normal_err = _inc(normal_err, normal & (_rnd(ae / _rnd(ab + eps, zb), zae) > a_rtol))
+        n_inf = _inc(n_inf, ~fin)
+    inf_bad = np.int32(0)
+    if n_inf:
+        hi = _rnd(par[P_A_HI], zd)
+        for i in range(b.shape[0]):
+            bv, dv = _load(b, i), _load(d, i)
+            bp = _rnd(bv, zd)
+            if _finite(dv) and _finite(bp):
+                continue
+            abe = _rnd(abs(bv) + eps, zb)
+            gc = bp if bp != bp else min(max(bp, -hi), hi)
+            dc = dv if dv != dv else min(max(dv, -hi), hi)
+            ok = _rnd(abs(_rnd(dc - gc, zd)) / abe, zae) <= a_rtol or (dv != dv and gc != gc)
+            if class_match and math.isinf(bp):
+                ok = dv == bp
+            inf_bad = _inc(inf_bad, not ok)
+    for slot, v in ((C_ASV, n_asv), (C_ASV_ERR, asv_err), (C_NORMAL, n_normal), (C_NORMAL_ERR, normal_err),
+                    (C_INF, n_inf), (C_INF_BAD, inf_bad)):
+        counts[slot] += v
+
+
+@_jit
+def _ulp(b, d, zc, min_eb, exp_num, thr, ulp, counts, mx):
+    """The ULP errors (2.7): the exponent from the bits; the elements that cannot take it, one by one after."""
+    n = b.shape[0]
+    above = n_slow = np.int32(0)
+    k_ulp = _start(mx[M_ULP], zc)
+    mark = _rnd(-1.0, zc)
+    exact = (np.floor(min_eb) == min_eb) & (np.floor(exp_num) == exp_num) & (abs(min_eb) + abs(exp_num) < 2.0 ** 20)
+    for i in range(n):
+        bc, dc = _rnd(_load(b, i), zc), _rnd(_load(d, i), zc)
+        fast, p = _ulp_fast(bc, min_eb, exp_num, exact)
+        u = abs(_rnd(_rnd(dc - bc, zc) * p, zc))
+        ulp[i] = u if fast else mark              # an element for the second look (an error is >= 0)
+        n_slow = _inc(n_slow, ~fast)
+        k_ulp = max(k_ulp, _key(u) if fast else _start(-1.0, zc))
+        above = _inc(above, fast & (u > thr))
+    full = (n - n % 64) if n_slow else 0
+    for lo in range(0, full, 64):                 # the blocks of 64 that hold a marked element, then the tail
+        marked = np.int32(0)
+        for i in range(64):                       # (a loop of constant length vectorises)
+            marked = _inc(marked, ulp[lo + i] == mark)
+        for i in range(lo, lo + 64 if marked else lo):
+            above, k_ulp = _ulp_fix(b, d, i, zc, min_eb, exp_num, thr, mark, ulp, above, k_ulp)
+    for i in range(full, n if n_slow else full):
+        above, k_ulp = _ulp_fix(b, d, i, zc, min_eb, exp_num, thr, mark, ulp, above, k_ulp)
+    counts[C_ULP_ABOVE] += above
+    mx[M_ULP] = _unkey(k_ulp)
 
 
 @_jit

@@ -132,6 +132,75 @@ def test_ulp_exponent_next_to_powers_of_two(tb, td, ulp):
     check(b, (b.astype(np.float64) * (1 + 1e-3)).astype(td), ulp, 1 << 16)
 
 
+@pytest.mark.parametrize("tb, td, ulp", [PAIRS[0], PAIRS[1], PAIRS[2], PAIRS[3]])
+def test_ulp_exponent_at_the_bounds_of_the_bit_shortcut(tb, td, ulp):
+    """Mantissas at and next to the kernel's bounds (2 - 2**-14 for a float32 compute type, 2 - 2**-30 for
+    float64), the largest mantissa below 2 at every exponent of the compute type (where the rounded log2 of
+    a float32 value above 2**8 reaches the next integer), and exponents whose 2**(exponent_num - eb) leaves
+    the normal range."""
+    tc = np.dtype(ulp).type
+    info = np.finfo(tc)
+    bound = 2.0 - (2.0 ** -14 if ulp == "float32" else 2.0 ** -30)
+    exps = np.arange(info.minexp, info.maxexp)
+    top = np.ldexp(np.float64(np.nextafter(tc(2), tc(0))), exps)
+    near = np.concatenate([np.ldexp(m, exps) for m in (bound, np.nextafter(bound, 2.0), np.nextafter(bound, 0.0))])
+    with np.errstate(over="ignore"):
+        b = np.concatenate([top, -top, near]).astype(tb)
+        d = (b.astype(np.float64) * (1 - 1e-3)).astype(td)
+    keep = np.isfinite(b) & np.isfinite(d) & (b != 0) & (d != 0)      # an inf would hide every other error
+    check(b[keep], d[keep], ulp, 1 << 16)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pair_arrays(), st.sampled_from([1 << 16, 7, 64]), st.booleans())
+def test_bfloat16_bits_read_by_the_kernel_equal_the_float32_reference(arrays, chunk, agree):
+    """A bfloat16 device output read as its bits gives the numbers of its float32 values, specials included."""
+    b, d, _ = arrays
+    b = b.astype(np.float32)
+    d = (d.astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)   # bfloat16 values
+    assert np.array_equal(engine.Bf16BitsSource(d).read_bits(0, d.size).view(np.uint16).astype(np.uint32) << 16,
+                          d.view(np.uint32))
+    args = {"eps": 2.0 ** -8, "binary": True, "small_value": (1e-3, 1e-5),
+            "absolute": (1e-3, 1e-3, 1e-5, 3.3895313892515355e38), "ulp": (-126, 7, "float32", 1.0)}
+    if b.size == 0:
+        return
+    want = reference(b, d, agree_nonfinite=agree, chunk=chunk, **args)
+    got = engine.run(b, engine.Bf16BitsSource(d), engine.Groups(ratios=RATIOS, agree_nonfinite=agree, **args), chunk)
+    for key, value in want.items():
+        if key == "cosine":
+            assert (got.cosine.value, got.cosine.passed) == value or (
+                math.isnan(value[0]) and math.isnan(got.cosine.value) and not got.cosine.passed), key
+        else:
+            assert same(got.values[key], value), (key, got.values[key], value)
+
+
+@pytest.mark.parametrize("tb", [np.float32, np.float64])
+def test_ulp_factor_outside_the_normal_range(tb):
+    """bfloat16's ULP parameters (min_eb -126, 7 mantissa bits) on bench values near 2**-126, where
+    2**(7 - eb) leaves float32's normal range, and on subnormals and zeros."""
+    x = np.ldexp(np.linspace(1.0, 1.99, 9), np.arange(-130, -112)[:, None]).ravel()
+    b = np.concatenate([x, -x, [0.0, -0.0, 1e-45, 3e-39]]).astype(tb)
+    d = (b.astype(np.float64) * (1 + 1e-2)).astype(np.float32)
+    args = {"eps": 2.0 ** -8, "ulp": (-126, 7, "float32", 1.0)}
+    want = reference(b, d, **args)
+    got = engine.run(b, d, engine.Groups(ratios=RATIOS, **args)).values
+    for key in ("ulp_max", "ulp_mean", "ulp_above_threshold_ratio"):
+        assert same(got[key], want[key]), (key, got[key], want[key])
+
+
+def test_kept_relative_errors_in_order_whatever_the_masked_pattern():
+    """Masked elements sparse, in runs, everywhere and nowhere, across whole blocks of the compaction and its
+    tail: the kept relative errors keep their order (their sum is numpy's of the kept ones)."""
+    rng = np.random.default_rng(5)
+    n = 3 * 65536 + 300
+    x = rng.standard_normal(n).astype(np.float32)
+    for frac in (0.0, 0.0008, 0.05, 0.5, 1.0):
+        b = x.copy()
+        b[rng.random(n) < frac] = 1e-6                     # small values: masked in the benchmark group
+        b[1000:1400] = 1e-7                                # a run across block borders
+        check(b, (b * (1 + 1e-3 * rng.standard_normal(n))).astype(np.float32), "float32", 1 << 16)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 1000, 8191, 8192, 8193, 20000, 65539])
 @pytest.mark.parametrize("bufsize", [8192, 4096])

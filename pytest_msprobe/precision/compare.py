@@ -172,6 +172,15 @@ class _TorchSource:
         return out
 
 
+class _Bf16Source(_TorchSource):
+    """A bfloat16 tensor compared as float32 (1.7): the metric kernel reads its bits and widens them."""
+
+    def read_bits(self, start: int, stop: int) -> np.ndarray:
+        import torch
+
+        return self.flat[start:stop].view(torch.int16).numpy()
+
+
 def _np_dtype_of(tensor: Any, device_is_bf16: bool) -> np.dtype:
     name = str(tensor.dtype).replace("torch.", "")
     if device_is_bf16 or name == "bfloat16":
@@ -189,6 +198,8 @@ def _source(tensor: Any, np_dtype: np.dtype) -> Any:
     t = tensor.detach().cpu()
     if str(t.dtype).replace("torch.", "") == np_dtype.name and t.is_contiguous():
         return M.ArraySource(t.numpy())
+    if str(t.dtype) == BF16 and np_dtype == np.float32:
+        return _Bf16Source(t, np_dtype)
     return _TorchSource(t, np_dtype)
 
 

@@ -9,8 +9,9 @@ the integer ``0``.
 
 Inputs may be numpy arrays (any shape; they are flattened) or any object with ``dtype`` (a numpy dtype),
 ``size`` and ``read(start, stop) -> np.ndarray`` returning a 1-D slice in that dtype, and optionally
-``read_into(start, stop, out)`` filling a given buffer (the compare layer uses this to convert bfloat16 torch
-tensors chunk by chunk).
+``read_into(start, stop, out)`` filling a given buffer (the compare layer converts float16 and other torch
+tensors chunk by chunk this way) or ``read_bits(start, stop)`` returning a float32 source's bfloat16 values as
+their int16 bits (the compare layer hands bfloat16 tensors so: the kernel widens them, no converted copy).
 """
 from __future__ import annotations
 
