@@ -291,11 +291,9 @@ def test_cli_flags(tmp_path, capsys):
     assert len(err) == 1 and "-dm" in err[0] and str(bad) in err[0]
 
 
-@pytest.mark.parametrize("task", ["statistics", "tensor"])
-def test_a_real_dtype_or_requires_grad_difference_across_frameworks_is_still_an_error(tmp_path, task):
-    """MindSpore rows whose dtype differs in width (Float16, BFloat16) from the PyTorch golden's torch.float32, and
-    a recorded requires_grad that differs: errors, in the statistics (columnar) and the tensor (line) compare; the
-    rows of that call the edit leaves alone pass."""
+def _edited_ms_dump(tmp_path, task: str) -> str:
+    """The MindSpore dump with fc2's input Float16, its output BFloat16, its weight's requires_grad False and its
+    bias's True (the PyTorch golden: torch.float32, requires_grad True)."""
     target = tmp_path / "ms"
     shutil.copytree(_ms(task), str(target))
     path = target / "rank" / "dump.json"
@@ -303,10 +301,47 @@ def test_a_real_dtype_or_requires_grad_difference_across_frameworks_is_still_an_
     call = doc["data"]["Cell.fc2.DenseBlock.forward.0"]
     call["input_args"][0]["dtype"] = "Float16"
     call["output"][0]["dtype"] = "BFloat16"
-    call["parameters"]["weight"]["requires_grad"] = False        # the golden's is True
-    call["parameters"]["bias"]["requires_grad"] = True           # the golden's is True too
+    call["parameters"]["weight"]["requires_grad"] = False
+    call["parameters"]["bias"]["requires_grad"] = True
     path.write_text(json.dumps(doc))
-    results = _compare(str(target), _pt(task), str(tmp_path / "out"),
+    return str(target)
+
+
+@pytest.mark.parametrize("options", [{}, {"api_mapping": True}, {"layer_mapping": True},
+                                     {"cell_mapping": os.path.join(DUMPS, "cell_mapping.yaml")}],
+                         ids=["none", "am", "lm", "cm"])
+def test_columnar_and_line_rules_agree_across_frameworks(tmp_path, options):
+    """The statistics compare over columns gives each row the Result and messages table.check_api gives it with
+    the cross-framework rules, real dtype and requires_grad differences among them."""
+    from pytest_msprobe.runs_compare import table
+    from pytest_msprobe.runs_compare.inputs import read_side
+    from pytest_msprobe.runs_compare.runner import build_lines
+
+    target = read_side(os.path.join(_edited_ms_dump(tmp_path, "statistics"), "rank", "dump.json"))
+    golden = read_side(os.path.join(_pt("statistics"), "rank", "dump.json"))
+    mode, columnar, _ = build_lines(target, golden, names=mapping.load(**options))
+    assert mode == table.STATISTICS
+    made = list(columnar)
+    lines = [table.Line(m.target, m.golden, metrics=m.metrics) for m in made]
+    groups: dict = {}
+    for line in lines:
+        groups.setdefault(line.target.key, []).append(line)
+    for group in groups.values():
+        table.check_api(group, mode, xframework.CROSS)
+    assert [(m.result, m.messages) for m in made] == [(x.result, x.messages) for x in lines]
+    flagged = {m.target.name for m in made if MSG_DTYPE in m.messages or MSG_GRAD in m.messages}
+    edited = {"Cell.fc2.DenseBlock.forward.0." + row for row in ("input.0", "output.0", "parameters.weight")}
+    assert flagged == (edited if "cell_mapping" in options or "layer_mapping" in options else set())
+    assert sum(m.golden is not None for m in made) >= 9
+
+
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_a_real_dtype_or_requires_grad_difference_across_frameworks_is_still_an_error(tmp_path, task):
+    """MindSpore rows whose dtype differs in width (Float16, BFloat16) from the PyTorch golden's torch.float32, and
+    a recorded requires_grad that differs: errors, in the statistics (columnar) and the tensor (line) compare; the
+    rows of that call the edit leaves alone pass."""
+    target = _edited_ms_dump(tmp_path, task)
+    results = _compare(target, _pt(task), str(tmp_path / "out"),
                        cell_mapping=os.path.join(DUMPS, "cell_mapping.yaml"))
     rows = {row[0]: row for row in _read(results[0].path)}
     head = _read(results[0].path)[0]

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .mapping import MINDSPORE_FRAMEWORKS, NA, PYTORCH
+from .rows import NA
+
+PYTORCH = "pytorch"                                   # dump.json's framework values
+MINDSPORE_FRAMEWORKS = ("mindspore", "mindtorch")
 
 # MindSpore's dtype text -> the name torch gives the same kind and width (without "torch.")
 _MINDSPORE_AS_TORCH = {
