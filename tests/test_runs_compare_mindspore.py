@@ -373,7 +373,8 @@ def test_dtype_and_requires_grad_rules():
         assert same.dtypes_differ(ms, pt)                          # one framework: msprobe's text rule
     for ms, pt in (("Float16", "torch.float32"), ("BFloat16", "torch.float16"), ("Int32", "torch.int64"),
                    ("Float32", "torch.int32"), ("N/A", "torch.float32"), ("Float32", "N/A"),
-                   ("<class 'int'>", "<class 'float'>"), ("Int4", "torch.int4"), ("HiFloat8", "torch.float8_e4m3fn")):
+                   ("<class 'int'>", "<class 'float'>"), ("Int4", "torch.int4"), ("HiFloat8", "torch.float8_e4m3fn"),
+                   ("Float32", "float32"), ("Float32", "Float16")):
         assert cross.dtypes_differ(ms, pt)
     assert not cross.dtypes_differ("<class 'float'>", "<class 'float'>")
     assert cross.grads_differ("False", "True") and same.grads_differ("False", "True")

@@ -6,7 +6,8 @@ frameworks that marks every matched row an error: MindSpore spells ``Float32`` w
 against a PyTorch side judges a dtype by its kind and width (``Float32`` equals ``torch.float32``; ``Float16``
 against ``torch.float32`` is still an error) and leaves out the requires_grad rule where one side did not record
 it. Dumps of one framework keep msprobe's rules exactly. The statistics compare over columns (:mod:`.columnar`)
-and the line-by-line rules (:func:`.table.check_api`, tensor and md5 compares) both ask a :class:`Rules`.
+and the line-by-line rules (:func:`.table.check_api`, the tensor compare's) both ask a :class:`Rules`; the md5
+compare has neither rule.
 """
 from __future__ import annotations
 
@@ -17,26 +18,18 @@ from .rows import NA
 PYTORCH = "pytorch"                                   # dump.json's framework values
 MINDSPORE_FRAMEWORKS = ("mindspore", "mindtorch")
 
-# MindSpore's dtype text -> the name torch gives the same kind and width (without "torch.")
-_MINDSPORE_AS_TORCH = {
-    "Bool": "bool", "Int8": "int8", "Int16": "int16", "Int32": "int32", "Int64": "int64", "UInt8": "uint8",
-    "UInt16": "uint16", "UInt32": "uint32", "UInt64": "uint64", "Float16": "float16", "Float32": "float32",
-    "Float64": "float64", "BFloat16": "bfloat16", "Complex64": "complex64", "Complex128": "complex128",
-    "Float8E4M3FN": "float8_e4m3fn", "Float8E5M2": "float8_e5m2",
-}
-_TORCH_NAMES = frozenset(_MINDSPORE_AS_TORCH.values())
-_TORCH_PREFIX = "torch."
+# MindSpore's dtype text -> the torch dtype of the same kind and width
+_MINDSPORE_AS_TORCH = {name: "torch." + same for name, same in (
+    ("Bool", "bool"), ("Int8", "int8"), ("Int16", "int16"), ("Int32", "int32"), ("Int64", "int64"),
+    ("UInt8", "uint8"), ("UInt16", "uint16"), ("UInt32", "uint32"), ("UInt64", "uint64"), ("Float16", "float16"),
+    ("Float32", "float32"), ("Float64", "float64"), ("BFloat16", "bfloat16"), ("Complex64", "complex64"),
+    ("Complex128", "complex128"), ("Float8E4M3FN", "float8_e4m3fn"), ("Float8E5M2", "float8_e5m2"))}
 
 
 def dtype_kind(text: str) -> str:
-    """One spelling for a dtype of either framework (``Float32`` and ``torch.float32`` -> ``float32``); any
-    other text (a Python class, a dtype without a counterpart) stays as it is."""
-    same = _MINDSPORE_AS_TORCH.get(text)
-    if same is not None:
-        return same
-    if text.startswith(_TORCH_PREFIX) and text[len(_TORCH_PREFIX):] in _TORCH_NAMES:
-        return text[len(_TORCH_PREFIX):]
-    return text
+    """One spelling for a dtype of either framework: a MindSpore dtype as torch names it (``Float32`` ->
+    ``torch.float32``); any other text (torch's own, a Python class, a dtype without a counterpart) as it is."""
+    return _MINDSPORE_AS_TORCH.get(text, text)
 
 
 @dataclass(frozen=True)
