@@ -19,7 +19,7 @@ import numpy as np
 from dumpers.csvcell import FORMULA_LEAD
 
 from ..precision.verdict import ERROR, PASS, WARNING
-from . import cells, floattext, table
+from . import cells, floattext, table, xframework
 from .rows import NA
 
 CHUNK = 32768                       # lines formatted per pass
@@ -141,7 +141,9 @@ def _numeric_percent(text: str) -> float:
 class StatTable:
     """A statistics compare of one pair: ``ti`` and ``gi`` (-1: no golden row) index the two sides' rows."""
 
-    def __init__(self, t_rows: list, g_rows: list, ti: np.ndarray, gi: np.ndarray, stacks: dict | None) -> None:
+    def __init__(self, t_rows: list, g_rows: list, ti: np.ndarray, gi: np.ndarray, stacks: dict | None,
+                 rules: xframework.Rules = xframework.SAME) -> None:
+        self.rules = rules                  # how the dtype and requires_grad rules read this pair
         self.texts = floattext.TextTable()
         self.codes = (_Codes(self.texts, True), _Codes(self.texts, False), _Codes(self.texts, False))
         self.t, self.g = _Side(t_rows, self.texts, self.codes), _Side(g_rows, self.texts, self.codes)
@@ -235,12 +237,13 @@ class StatTable:
         dtypes, shapes, grads = self.codes
         rule = matched & checked
         t_grad, g_grad = t.grad_code[ti], g.grad_code[gs]
-        filled = grads.flags(bool)
+        filled = grads.flags(self.rules.grad_recorded)
         flags |= (rule & filled[t_grad] & filled[g_grad] & (t_grad != g_grad)).astype(np.int64) << 2
         t_dtype, g_dtype = t.dtype_code[ti], g.dtype_code[gs]
         for j in np.nonzero(rule & (t_dtype != g_dtype))[0].tolist():
             name = g_rows[gs[j]].name
-            if "qkv" not in name and "gate_up" not in name:
+            if "qkv" not in name and "gate_up" not in name and \
+                    self.rules.dtypes_differ(dtypes.raw[t_dtype[j]], dtypes.raw[g_dtype[j]]):
                 flags[j] |= 1 << 4
         flags |= (rule & (t.shape_code[ti] != g.shape_code[gs])).astype(np.int64) << 5
         is_class = dtypes.flags(lambda text: "class" in text)

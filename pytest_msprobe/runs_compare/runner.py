@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 from dumpers import atomic
 
-from . import columnar, mapping, match, table
+from . import columnar, mapping, match, table, xframework
 from .cells import cell_text, guard
 from .columnar import StatLines
 from .inputs import CompareInputError, Pair, Side, pairs_of, read_side
@@ -66,8 +66,9 @@ def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: boo
     mapped = None
     if mapping.needed(names, target.framework, golden.framework):      # -am/-cm/-dm, or MindSpore vs PyTorch
         mapped = mapping.pairs(t_rows, g_rows, names or mapping.Mapping(), target, golden, notes)
+    rules = xframework.rules_of(target.framework, golden.framework)
     if mode == table.STATISTICS:
-        return mode, _statistics_lines(target, t_rows, g_rows, notes, fuzzy, mapped), notes
+        return mode, _statistics_lines(target, t_rows, g_rows, notes, fuzzy, mapped, rules), notes
     pairs = mapped if mapped is not None else match.fuzzy(t_rows, g_rows) if fuzzy else match.exact(t_rows, g_rows)
     unmatched = sum(1 for _, g in pairs if g is None)
     if unmatched:
@@ -92,12 +93,12 @@ def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: boo
     for line in lines:
         groups.setdefault(line.target.key, []).append(line)
     for group in groups.values():
-        table.check_api(group, mode)
+        table.check_api(group, mode, rules)
     return mode, lines, notes
 
 
 def _statistics_lines(target: Side, t_rows: list, g_rows: list, notes: list, fuzzy: bool,
-                      mapped: list | None = None) -> StatLines:
+                      mapped: list | None = None, rules: xframework.Rules = xframework.SAME) -> StatLines:
     """The statistics compare over whole columns (:mod:`.columnar`), seen as a sequence of lines."""
     if mapped is not None:
         ti, gi = columnar.indices_of(mapped, t_rows, g_rows)
@@ -118,7 +119,7 @@ def _statistics_lines(target: Side, t_rows: list, g_rows: list, notes: list, fuz
                 frames = target.stack.get(key)
                 if frames is not None:
                     stacks[j] = str(frames)
-    return StatLines(columnar.StatTable(t_rows, g_rows, ti, gi, stacks))
+    return StatLines(columnar.StatTable(t_rows, g_rows, ti, gi, stacks, rules))
 
 
 def _texts(cells: list) -> list:

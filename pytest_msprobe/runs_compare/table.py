@@ -9,6 +9,7 @@ from typing import Any, Callable
 from ..precision.verdict import ERROR, PASS, WARNING      # msprobe's compare spells its Result the same way
 from . import cells
 from .rows import NA, NO_FILE
+from .xframework import SAME, Rules
 
 TENSOR, STATISTICS, MD5 = "tensor", "statistics", "md5"
 _LEVEL = {PASS: 0, WARNING: 1, ERROR: 2}
@@ -158,8 +159,9 @@ def _ignore(lines: list, inputs: list) -> str:
     return "input" if parts[1] in INPUT_IGNORED_APIS else ""
 
 
-def check_api(lines: list, mode: str) -> None:
-    """Result and Err_message of every line of one dump.json entry."""
+def check_api(lines: list, mode: str, rules: Rules = SAME) -> None:
+    """Result and Err_message of every line of one dump.json entry (``rules``: how the dtype and requires_grad
+    rules read the pair, :mod:`.xframework`)."""
     inputs = [line for line in lines if not line.is_output]
     outputs = [line for line in lines if line.is_output]
     ignore = _ignore(lines, inputs)
@@ -190,9 +192,7 @@ def check_api(lines: list, mode: str) -> None:
                     line.flag(ERROR, MSG_NORM_REL)
     for line in checked:                                          # requires_grad
         g = line.golden
-        if g is None or not line.target.grad or not g.grad:
-            continue
-        if line.target.grad != g.grad:
+        if g is not None and rules.grads_differ(line.target.grad, g.grad):
             line.flag(ERROR, MSG_GRAD)
     if whole:                                                     # scalar parameters
         for line in inputs:
@@ -205,7 +205,7 @@ def check_api(lines: list, mode: str) -> None:
         g = line.golden
         if g is None or "qkv" in g.name or "gate_up" in g.name:
             continue
-        if line.target.dtype != g.dtype:
+        if rules.dtypes_differ(line.target.dtype, g.dtype):
             line.flag(ERROR, MSG_DTYPE)
     for line in checked:                                          # shape
         g = line.golden
