@@ -215,3 +215,21 @@ def test_without_an_estimate_the_ulp_rule_answers():
 def test_not_compared_cell():
     fid = F.not_compared("x.pt: not a tensor file")
     assert fid.text == "not compared: x.pt: not a tensor file" and fid.faithful
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("offset, length", [(0, 4096), (1, 4095), (3, 4097), (0, 3), (2, 1)])
+def test_one_changed_bit_anywhere_is_seen(dtype, offset, length):
+    """Bit equality holds whatever the length and storage offset (the bulk is compared in 8-byte words, the
+    rest in the dtype's own width): one element one step away, at the start, inside or at the end, is seen,
+    and so are -0 against +0 and a NaN of another payload."""
+    base = torch.randn(offset + length, generator=torch.Generator().manual_seed(3)).to(dtype)[offset:]
+    assert F.compare_tensors(base, base.clone()).verdict == F.EXACT
+    bits = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32,
+            torch.float64: torch.int64}[dtype]
+    for where in sorted({0, length // 2, length - 1}):
+        changed = base.clone()
+        changed.view(bits)[where] += 1
+        assert F.compare_tensors(changed, base).verdict != F.EXACT, where
+    zeros = torch.zeros(length, dtype=dtype)
+    assert F.compare_tensors(-zeros, zeros).verdict != F.EXACT

@@ -152,8 +152,7 @@ def _compare_floats(fr: Any, fc: Any, n: int, limit: int, torch: Any) -> Fidelit
     beyond = nan_mismatch = 0
     for start in range(0, n, CHUNK):
         a, b = fr[start:start + CHUNK], fc[start:start + CHUNK]
-        view = getattr(torch, _INT_VIEW[a.element_size()])
-        if torch.equal(a.view(view), b.view(view)):
+        if _same_bits(a, b, torch):
             continue
         bitwise = False
         dist = _ulp_flat(a, b, torch)
@@ -176,6 +175,20 @@ def _compare_floats(fr: Any, fc: Any, n: int, limit: int, torch: Any) -> Fidelit
     if nan_mismatch:
         text += f", NaN against a number at {nan_mismatch} element{'s' if nan_mismatch != 1 else ''}"
     return Fidelity(DIFFERS, text, max_abs, max_ulp, fraction)
+
+
+def _same_bits(a: Any, b: Any, torch: Any) -> bool:
+    """Whether two contiguous 1-D tensors of one dtype hold the same bits: compared eight bytes at a time where
+    their length and offsets allow (about three times faster than in a 2-byte width), the rest in their own."""
+    size = a.element_size()
+    per_word = 8 // size
+    whole = a.numel() - a.numel() % per_word
+    if per_word > 1 and whole and a.storage_offset() % per_word == 0 and b.storage_offset() % per_word == 0:
+        if not torch.equal(a[:whole].view(torch.int64), b[:whole].view(torch.int64)):
+            return False
+        a, b = a[whole:], b[whole:]
+    view = getattr(torch, _INT_VIEW[size])
+    return torch.equal(a.view(view), b.view(view))
 
 
 def _compare_exact_only(fr: Any, fc: Any, n: int, torch: Any) -> Fidelity:
