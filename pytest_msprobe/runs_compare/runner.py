@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 from dumpers import atomic
 
-from . import columnar, mapping, match, sideproc, table
+from . import columnar, floattext, mapping, match, sideproc, table
 from .cells import cell_text, guard
 from .columnar import StatLines
 from .inputs import CompareInputError, Pair, Side, pairs_of, read_side
@@ -188,7 +188,7 @@ def _read_pair(pair: Pair, fuzzy: bool, names: mapping.Mapping | None, min_bytes
     """(target, golden, listed): the sides read in two processes where that serves, else here."""
     listed = None
     if not fuzzy and not (names and names.active):
-        listed = sideproc.read_listed(pair, min_bytes=min_bytes)
+        listed = sideproc.read_listed(pair, min_bytes=min_bytes, meanwhile=floattext.warm)
         if listed is not None and mapping.needed(names, listed.target.framework, listed.golden.framework):
             listed = None
     if listed is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from itertools import chain, repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_, itemgetter
 from typing import Any, Iterator
 
 import numpy as np
@@ -98,21 +98,22 @@ class SideColumns:
     def _keep_items(self, rows: list) -> None:
         """What makes each row again without its dump.json: the item of a tensor row (its dtype the row's,
         a list shape, four float statistics) from the columns, any other item kept as it is."""
-        items: dict = {}
-        kind_col, shape_col = [], []
-        shapes: dict = {}
-        for i, (item, dtype, text, ok) in enumerate(zip(map(_ITEM, rows), map(_DTYPE, rows), self.shape,
-                                                        self.isfloat.all(axis=1).tolist())):
-            if ok and type(item) is dict and item.get("dtype") is dtype:
-                shape = item.get("shape")
-                if type(shape) is list:
-                    kind_col.append(item.get("type"))
-                    shape_col.append(shapes.setdefault(text, shape))
-                    continue
-            items[i] = item
-            kind_col.append(None)
-            shape_col.append(None)
-        self.items, self.kind, self.shape_raw = items, _shared(kind_col), shape_col
+        n = len(rows)
+        items = list(map(_ITEM, rows))
+        dicts = np.fromiter(map(isinstance, items, repeat(dict)), bool, n)
+        plain = items if dicts.all() else [item if type(item) is dict else {} for item in items]
+        shapes = list(map(dict.get, plain, repeat("shape")))
+        ok = (dicts & self.isfloat.all(axis=1)
+              & np.fromiter(map(is_, map(dict.get, plain, repeat("dtype")), map(_DTYPE, rows)), bool, n)
+              & np.fromiter(map(isinstance, shapes, repeat(list)), bool, n))
+        seen: dict = {}
+        if ok.all():
+            self.shape_raw = list(map(seen.setdefault, self.shape, shapes))
+        else:
+            self.shape_raw = [seen.setdefault(text, shape) if good else None
+                              for text, shape, good in zip(self.shape, shapes, ok.tolist())]
+        self.kind = _shared(list(map(dict.get, plain, repeat("type"))))
+        self.items = {i: items[i] for i in np.nonzero(~ok)[0].tolist()}
 
     def stat(self, i: int, k: int) -> Any:
         """Statistic ``k`` of row ``i`` as the row holds it."""
@@ -191,7 +192,7 @@ def _local_codes(texts: list) -> tuple:
 def _shared(texts: list) -> list:
     """``texts`` with equal texts made one object (smaller to send, faster to compare)."""
     seen: dict = {}
-    return [seen.setdefault(t, t) for t in texts]
+    return list(map(seen.setdefault, texts, texts))
 
 
 def columns_of(rows: Any) -> SideColumns:

@@ -16,6 +16,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from typing import Callable
 
 from generators import jsonsafe
 
@@ -23,9 +24,11 @@ from .inputs import Pair, Side, read_side
 from .rows import dump_rows
 from .sidecols import SideColumns
 
-# the smaller of the two dump.json files from which the sides are read in two processes: starting one costs
-# about 0.3 s of CPU (an interpreter, numpy, this package), reading and listing a dump about 16 ms per MB
-PROCESS_MIN_BYTES = 32 << 20
+# the smaller of the two dump.json files from which the sides are read in two processes. Measured on 2 cores: a
+# worker's start costs about 0.3 s of CPU, sending its columns and the columns' extra work about 0.5 s per 100
+# MB of dump.json, while reading and listing take about 1.6 s per 100 MB; on two 34 MB and two 102 MB dumps at
+# a load average of 2 to 4 the processes did not pay, on two 203 MB dumps with a core free they did
+PROCESS_MIN_BYTES = 64 << 20
 
 _HELD: list = []            # a worker's parsed trees, freed when the worker ends (after the parent has its columns)
 
@@ -64,18 +67,26 @@ def read_and_list(dump_json: str, max_bytes: int) -> tuple:
     return side, cols, problems
 
 
-def read_listed(pair: Pair, *, min_bytes: int | None = None,
-                max_bytes: int = jsonsafe.DEFAULT_MAX_JSON_BYTES) -> Listed | None:
+def _usable_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def read_listed(pair: Pair, *, min_bytes: int | None = None, max_bytes: int = jsonsafe.DEFAULT_MAX_JSON_BYTES,
+                meanwhile: Callable[[], None] | None = None) -> Listed | None:
     """Both sides of ``pair`` read and listed in two processes, when the smaller dump.json has at least
     ``min_bytes`` (default :data:`PROCESS_MIN_BYTES`) and both are statistics dumps; None otherwise, or when a
     worker could not give its answer (the caller reads the pair in-process). The workers import the main module
     again, as ``spawn`` does: a script that compares at import time needs the ``if __name__ == "__main__"``
-    guard, or ``min_bytes=sys.maxsize``.
+    guard, or ``min_bytes=sys.maxsize``. ``meanwhile`` runs here while the workers read.
 
     Raises:
         CompareInputError: a side cannot be read (the target's error first, as in-process).
     """
     limit = PROCESS_MIN_BYTES if min_bytes is None else min_bytes
+    if _usable_cpus() < 2 and min_bytes is None:
+        return None                 # one core: the two sides would take turns, and the start is lost
     try:
         if min(os.path.getsize(pair.target), os.path.getsize(pair.golden)) < limit:
             return None
@@ -84,6 +95,8 @@ def read_listed(pair: Pair, *, min_bytes: int | None = None,
     pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
     try:
         futures = [pool.submit(read_and_list, path, max_bytes) for path in (pair.target, pair.golden)]
+        if meanwhile is not None:
+            meanwhile()
         target, t_cols, t_problems = futures[0].result()
         golden, g_cols, g_problems = futures[1].result()
     except (BrokenProcessPool, RuntimeError, OSError):
