@@ -3,9 +3,10 @@
 Writes a synthetic statistics dump.json of ``--calls`` API calls (default 119 000, about 176 MB: the layout of
 benchmarks/real_workload.py's collection figure, each tensor's statistics drawn from a seeded generator) and a
 perturbed copy (every statistic moved by a relative 1e-3, one call in a thousand by 60%), then times the compare
-of the copy against the original in a fresh process: CPU and wall time, peak RSS, rows written, the load
-average (on a shared machine the CPU time is the figure to read). Run with ``nice``; the target is under 10 s on
-2 cores. Then a tensor compare of two dumps of ``--tensor-mb`` MB of tensor files each, against reading the same
+of the copy against the original in a fresh process: wall time and the CPU time of all its processes, the
+largest peak RSS of one of them, rows written, the load average, taken in turn with the sides read by two
+worker processes (the default for dumps this large) and in-process. Run with ``nice``; the target is under 10 s
+on 2 cores. Then a tensor compare of two dumps of ``--tensor-mb`` MB of tensor files each, against reading the same
 files alone, and the bytes the compare read against the files' size (each file should be read once).
 
     PYTHONPATH=. python benchmarks/compare_speed.py [--calls N] [--workdir DIR] [--runs R] [--tensor-mb MB]
@@ -108,6 +109,30 @@ sys.exit(code)
 """
 
 
+# the same command with the two sides read in-process whatever their size
+_IN_PROCESS = """
+import sys
+from pytest_msprobe.runs_compare import sideproc
+sideproc.PROCESS_MIN_BYTES = sys.maxsize
+from pytest_msprobe.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+# runs a command and says the largest peak RSS of one of its processes (its own workers included)
+_MEASURED = """
+import resource, subprocess, sys
+res = subprocess.run(sys.argv[1:])
+print("peak-rss-kib", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)
+sys.exit(res.returncode)
+"""
+
+
+def _peak_rss_mib(stderr: str) -> float:
+    lines = [line for line in stderr.splitlines() if line.startswith("peak-rss-kib ")]
+    return int(lines[-1].split()[1]) / 1024 if lines else float("nan")
+
+
 def tensor_figure(work: str, megabytes: int) -> None:
     """Time a tensor compare of two dumps of ``megabytes`` MB of tensor files each against reading the same files
     (both from the page cache, just written), and count the bytes the compare read (``rchar``)."""
@@ -162,31 +187,35 @@ def main(argv: list | None = None) -> int:
         size = write_dump(golden, args.calls, perturbed=False)
         write_dump(target, args.calls, perturbed=True)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    figures = []
-    for run in range(args.runs):
-        out = os.path.join(work, f"out{run}")
-        shutil.rmtree(out, ignore_errors=True)
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        res = subprocess.run([sys.executable, "-m", "pytest_msprobe.cli", "compare", "-tp",
-                              os.path.dirname(os.path.dirname(target)), "-gp",
-                              os.path.dirname(os.path.dirname(golden)), "-o", out, "-da"],
-                             env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if res.returncode:
-            print(res.stdout, res.stderr)
-            return 1
-        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-        rows = sum(1 for name in os.listdir(out) if name.endswith(".csv")
-                   for _ in open(os.path.join(out, name))) - 1
-        figures.append((cpu, wall, after.ru_maxrss / 1024, rows, res.stdout.strip().splitlines()[-2:],
-                        os.getloadavg()[0]))
-    cpu, wall, rss, rows, tail, _ = min(figures)
-    print(f"statistics compare of two {size / 1e6:.0f} MB dump.json ({args.calls} calls, {rows} rows) with -da: "
-          f"{cpu:.1f} s CPU ({wall:.1f} s wall), peak RSS {rss:.0f} MiB, the least CPU of {args.runs} run(s) on "
-          f"{os.cpu_count()} CPUs (target < 10 s on 2 cores; all runs, CPU / wall / 1-min load average: "
-          + ", ".join(f"{c:.1f} s / {w:.1f} s / {load:.1f}" for c, w, _, _, _, load in figures) + ")")
+    ways = {"two reading processes": ["-m", "pytest_msprobe.cli"], "in-process": ["-c", _IN_PROCESS]}
+    figures: dict = {way: [] for way in ways}
+    for run in range(args.runs):                    # the two ways taken in turn, under the same load
+        for way, command in ways.items():
+            out = os.path.join(work, f"out{run}")
+            shutil.rmtree(out, ignore_errors=True)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            res = subprocess.run([sys.executable, "-c", _MEASURED, sys.executable, *command, "compare", "-tp",
+                                  os.path.dirname(os.path.dirname(target)), "-gp",
+                                  os.path.dirname(os.path.dirname(golden)), "-o", out, "-da"],
+                                 env=env, capture_output=True, text=True)
+            wall = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if res.returncode:
+                print(res.stdout, res.stderr)
+                return 1
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            rows = sum(1 for name in os.listdir(out) if name.endswith(".csv")
+                       for _ in open(os.path.join(out, name))) - 1
+            figures[way].append((wall, cpu, _peak_rss_mib(res.stderr), rows,
+                                 res.stdout.strip().splitlines()[-2:], os.getloadavg()[0]))
+    for way, runs in figures.items():
+        wall, cpu, rss, rows, tail, _ = min(runs)
+        print(f"statistics compare of two {size / 1e6:.0f} MB dump.json ({args.calls} calls, {rows} rows) with -da, "
+              f"{way}: {wall:.1f} s wall ({cpu:.1f} s CPU of all its processes), largest peak RSS of one process "
+              f"{rss:.0f} MiB; the least wall time of {args.runs} run(s) on {os.cpu_count()} CPUs (target < 10 s on 2 "
+              "cores; all runs, wall / CPU / 1-min load average: "
+              + ", ".join(f"{w:.1f} s / {c:.1f} s / {load:.1f}" for w, c, _, _, _, load in runs) + ")")
     for line in tail:
         print("  " + line)
     if args.tensor_mb:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from itertools import chain, repeat
-from operator import attrgetter, itemgetter
+from itertools import repeat
 from typing import Any, Iterator
 
 import numpy as np
@@ -21,6 +20,7 @@ from dumpers.csvcell import FORMULA_LEAD
 from ..precision.verdict import ERROR, PASS, WARNING
 from . import cells, floattext, table, xframework
 from .rows import NA
+from .sidecols import Flat, SideColumns, columns_of
 
 CHUNK = 32768                       # lines formatted per pass
 _SPECIAL = (",", '"', "\n", "\r")
@@ -64,6 +64,12 @@ class _Codes:
             self.text_id.append(self.texts.id(quote(_guarded(v) if self.guard else v)))
         return np.fromiter(map(code.__getitem__, values), np.int64, len(values))
 
+    def of_coded(self, coded: tuple) -> np.ndarray:
+        """The code of each value of a side's own coding (distinct values, each value's index among them)."""
+        distinct, local = coded
+        self.of(distinct)
+        return np.array([self.code[v] for v in distinct], np.int64)[local]
+
     def ids(self, codes: np.ndarray) -> np.ndarray:
         return np.array(self.text_id, np.int64)[codes]
 
@@ -78,45 +84,33 @@ class _Side:
     the ids in the text table of the CSV texts of the name, dtype, shape and requires_grad cells and of the
     statistics that are not finite floats (-1: a float)."""
 
-    def __init__(self, rows: list, texts: floattext.TextTable, columns: tuple) -> None:
-        self.rows = rows
-        flat = list(chain.from_iterable(map(_STATS, rows)))
-        n = len(flat)
-        self.flat = flat
-        if set(map(type, flat)) <= {float}:                  # the common case: every statistic a float
-            self.isfloat = np.ones((n // 4, 4), bool)
-            self.vals = np.array(flat, dtype=float).reshape(-1, 4)
-        else:
-            self.isfloat = np.fromiter((type(v) is float for v in flat), bool, n).reshape(-1, 4)
-            self.vals = np.fromiter((v if type(v) is float else math.nan for v in flat), float, n).reshape(-1, 4)
+    def __init__(self, cols: SideColumns, texts: floattext.TextTable, columns: tuple) -> None:
+        self.cols, self.rows = cols, cols.rows
+        self.flat = Flat(cols)
+        self.isfloat, self.vals = cols.isfloat, cols.vals
+        n = 4 * len(cols)
         self.fin = self.isfloat & np.isfinite(self.vals)
         self.fin_row = self.fin.all(axis=1)
         self.stat_id = None                 # the text id of each statistic that is not a finite float
         if not self.fin.all():
             self.stat_id = np.full((n // 4, 4), floattext.FLOAT, np.int64)
             for i, k in zip(*np.nonzero(~self.fin)):
-                v = flat[4 * int(i) + int(k)]
+                v = cols.stat(int(i), int(k))
                 self.stat_id[i, k] = texts.id(quote(v if type(v) is str else cells.cell_text(v)))
-        names = list(map(_NAME, rows))
-        self.out = np.fromiter(map(str.__contains__, names, repeat(".output.")), bool, len(names))
-        joined = "\0".join(names)
-        # one scan of all names for the characters that need quoting, one set of their first characters
-        if any(ch in joined for ch in _SPECIAL) or not _LEADS.isdisjoint(map(_FIRST, names)):
-            for i in [i for i, name in enumerate(names) if name[:1] in FORMULA_LEAD or _needs_quote(name)]:
-                names[i] = quote(_guarded(names[i]))
+        names = cols.name
+        self.out = cols.out
+        if not cols.names_plain:
+            names = [quote(_guarded(name)) if name[:1] in FORMULA_LEAD or _needs_quote(name) else name
+                     for name in names]
         self.name_base = texts.extend(names)
         dtypes, shapes, grads = columns
-        self.dtype_code = dtypes.of(list(map(_DTYPE, rows)))
-        self.shape_code = shapes.of(list(map(_SHAPE, rows)))
-        self.grad_code = grads.of(list(map(_GRAD, rows)))
+        self.dtype_code = dtypes.of_coded(cols.coded["dtype"])
+        self.shape_code = shapes.of_coded(cols.coded["shape"])
+        self.grad_code = grads.of_coded(cols.coded["grad"])
         self.dtype, self.shape, self.grad = (dtypes.ids(self.dtype_code), shapes.ids(self.shape_code),
                                              grads.ids(self.grad_code))
 
 
-_LEADS = frozenset(FORMULA_LEAD)
-_FIRST = itemgetter(slice(0, 1))
-_STATS, _NAME, _DTYPE, _SHAPE, _GRAD, _KEY = (attrgetter(a) for a in ("stats", "name", "dtype", "shape", "grad",
-                                                                     "key"))
 
 
 def _rows_at(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -141,12 +135,13 @@ def _numeric_percent(text: str) -> float:
 class StatTable:
     """A statistics compare of one pair: ``ti`` and ``gi`` (-1: no golden row) index the two sides' rows."""
 
-    def __init__(self, t_rows: list, g_rows: list, ti: np.ndarray, gi: np.ndarray, stacks: dict | None,
+    def __init__(self, t_rows: Any, g_rows: Any, ti: np.ndarray, gi: np.ndarray, stacks: dict | None,
                  rules: xframework.Rules = xframework.SAME) -> None:
         self.rules = rules                  # how the dtype and requires_grad rules read this pair
         self.texts = floattext.TextTable()
         self.codes = (_Codes(self.texts, True), _Codes(self.texts, False), _Codes(self.texts, False))
-        self.t, self.g = _Side(t_rows, self.texts, self.codes), _Side(g_rows, self.texts, self.codes)
+        self.t = _Side(columns_of(t_rows), self.texts, self.codes)
+        self.g = _Side(columns_of(g_rows), self.texts, self.codes)
         self.ti, self.gi = ti, gi
         self.stacks = stacks                # line index -> stack text (first line of each call), None: no stack
         n = len(ti)
@@ -196,14 +191,15 @@ class StatTable:
         self.out, self.group_starts = np.zeros(0, bool), np.zeros(0, np.int64)
         if n == 0:
             return flags
-        t_rows, g_rows, t, g = self.t.rows, self.g.rows, self.t, self.g
+        t, g = self.t, self.g
         ti, gs = self.ti, self.gsafe
         out = t.out[ti]
         # calls: the lines of one entry key are consecutive, and share the key's object (dict keys are unique)
-        keys = list(map(_KEY, map(t_rows.__getitem__, ti.tolist())))
-        key_id = np.fromiter(map(id, keys), np.int64, n)
+        t_names, g_names = t.cols.name, g.cols.name
+        keys = t.cols.key
+        key_id = t.cols.key_index[ti]
         change = (np.nonzero(key_id[1:] != key_id[:-1])[0] + 1).tolist()
-        starts = [0] + [j for j in change if keys[j] != keys[j - 1]]
+        starts = [0] + [j for j in change if keys[ti[j]] != keys[ti[j - 1]]]
         starts_a = np.array(starts)
         group = np.zeros(n, np.int64)
         group[starts_a[1:]] = 1
@@ -214,7 +210,7 @@ class StatTable:
         if inputs_at.size:
             firsts = np.unique(group[inputs_at], return_index=True)
             for c, j in zip(firsts[0].tolist(), inputs_at[firsts[1]].tolist()):
-                parts = t_rows[ti[j]].name.split(".", 2)
+                parts = t_names[ti[j]].split(".", 2)
                 if len(parts) >= 2:
                     api = parts[1]
                     ignore[c] = 2 if api in table.IGNORED_APIS else 1 if api in table.INPUT_IGNORED_APIS else 0
@@ -241,7 +237,7 @@ class StatTable:
         flags |= (rule & filled[t_grad] & filled[g_grad] & (t_grad != g_grad)).astype(np.int64) << 2
         t_dtype, g_dtype = t.dtype_code[ti], g.dtype_code[gs]
         for j in np.nonzero(rule & (t_dtype != g_dtype))[0].tolist():
-            name = g_rows[gs[j]].name
+            name = g_names[gs[j]]
             if "qkv" not in name and "gate_up" not in name and \
                     self.rules.dtypes_differ(dtypes.raw[t_dtype[j]], dtypes.raw[g_dtype[j]]):
                 flags[j] |= 1 << 4
@@ -250,7 +246,7 @@ class StatTable:
         scalar = (matched & whole & ~out & is_class[t_dtype] & is_class[g_dtype]
                   & shapes.flags(lambda text: text == "[]")[t.shape_code[ti]])
         for j in np.nonzero(scalar)[0].tolist():
-            if t_rows[ti[j]].stats[0] != g_rows[gs[j]].stats[0]:
+            if t.cols.stat(int(ti[j]), 0) != g.cols.stat(int(gs[j]), 0):
                 flags[j] |= 1 << 3
         # the output's norm relative error ten times its inputs': the call's first output line
         rin, rout = np.abs(in_ext), np.abs(out_ext)
@@ -275,7 +271,7 @@ class StatTable:
         res = (side.isfloat[idx, :2] & ~side.fin[idx, :2]).any(axis=1)
         for j in np.nonzero(~side.isfloat[idx, :2].all(axis=1))[0].tolist():
             i = int(idx[j])
-            for v in side.flat[4 * i: 4 * i + 2]:
+            for v in (side.cols.stat(i, 0), side.cols.stat(i, 1)):
                 if isinstance(v, float) and not math.isfinite(v) or \
                         isinstance(v, str) and v.strip().lower() in ("inf", "-inf", "nan"):
                     res[j] = True
@@ -398,34 +394,36 @@ class StatLines:
         return self.table.lines(lo, hi)
 
 
-def exact_indices(t_rows: list, g_rows: list) -> tuple:
-    """(ti, gi) of :func:`.match.exact` as index arrays."""
+def exact_indices(t_rows: Any, g_rows: Any) -> tuple:
+    """(ti, gi) of :func:`.match.exact` as index arrays (rows or :class:`.sidecols.SideColumns`)."""
     from .match import dtypes_pair
 
-    first: dict = {}
-    dup = False
-    for gi, row in enumerate(g_rows):
-        if first.setdefault(row.cmp, gi) != gi:
-            dup = True
-    if not dup:
-        gi = [first.get(row.cmp, -1) for row in t_rows]
-        for j, g in enumerate(gi):
-            if g >= 0 and t_rows[j].dtype != g_rows[g].dtype and not dtypes_pair(t_rows[j].dtype, g_rows[g].dtype):
-                gi[j] = -1
-        return np.arange(len(t_rows)), np.array(gi, dtype=np.int64)
+    t, g = columns_of(t_rows), columns_of(g_rows)
+    t_dtype, g_dtype = t.dtype, g.dtype
+    same = t.cmp == g.cmp                   # the common pair: the same names in the same order
+    first = {} if same else dict(zip(reversed(g.cmp), range(len(g) - 1, -1, -1)))   # each name's first row
+    if (len(set(g.cmp)) if same else len(first)) == len(g):
+        gi = np.arange(len(t)) if same else np.fromiter(map(first.get, t.cmp, repeat(-1)), np.int64, len(t))
+        matched = np.nonzero(gi >= 0)[0]
+        if matched.size:
+            differ = np.array(t_dtype, object)[matched] != np.array(g_dtype, object)[gi[matched]]
+            for j in matched[differ].tolist():
+                if not dtypes_pair(t_dtype[j], g_dtype[gi[j]]):
+                    gi[j] = -1
+        return np.arange(len(t)), gi
     by_name: dict = {}
-    for g, row in enumerate(g_rows):
-        by_name.setdefault(row.cmp, []).append(g)
+    for k, name in enumerate(g.cmp):
+        by_name.setdefault(name, []).append(k)
     ti_l, gi_l = [], []
-    for j, row in enumerate(t_rows):
-        found = by_name.get(row.cmp)
+    for j, name in enumerate(t.cmp):
+        found = by_name.get(name)
         if not found:
             ti_l.append(j)
             gi_l.append(-1)
             continue
-        for g in found:
+        for k in found:
             ti_l.append(j)
-            gi_l.append(g if dtypes_pair(row.dtype, g_rows[g].dtype) else -1)
+            gi_l.append(k if dtypes_pair(t_dtype[j], g_dtype[k]) else -1)
     return np.array(ti_l, dtype=np.int64), np.array(gi_l, dtype=np.int64)
 
 

@@ -197,10 +197,10 @@ def running_unit_roundoff(result: Any, keys: list, groups: Any) -> np.ndarray:
         return units[dtype]
     if isinstance(result.lines, StatLines):
         tab = result.lines.table
-        rows = tab.t.rows
+        dtypes = tab.t.cols.dtype
         if not len(tab):
             return np.zeros(len(keys))
-        per_row = np.fromiter((unit(rows[i].dtype) for i in tab.ti.tolist()), float, len(tab))
+        per_row = np.fromiter((unit(dtypes[i]) for i in tab.ti.tolist()), float, len(tab))
         per_call = np.maximum.reduceat(per_row, tab.group_starts)
     else:
         per_call = np.array([max((unit(line.target.dtype) for line in groups[key]), default=0.0)
@@ -417,9 +417,9 @@ class _CallLines:
         tab = lines.table
         starts = tab.group_starts.tolist()
         ends = starts[1:] + [len(tab)]
-        rows = tab.t.rows
+        keys = tab.t.cols.key
         self.lines = lines
-        self.spans = {rows[int(tab.ti[lo])].key: (lo, hi) for lo, hi in zip(starts, ends)}
+        self.spans = {keys[int(tab.ti[lo])]: (lo, hi) for lo, hi in zip(starts, ends)}
         self.made: dict = {}
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -440,21 +440,21 @@ def statistics_candidates(tab: Any) -> np.ndarray:
     from ..precision import expected_error as ee
 
     t_side, g_side = tab.t, tab.g
-    t_rows, g_rows = t_side.rows, g_side.rows
+    t_dtypes, g_dtypes = t_side.cols.dtype, g_side.cols.dtype
     floats: dict = {}
     t_float = np.fromiter((floats.setdefault(d, _float_dtype(d)) if d not in floats else floats[d]
-                           for d in (t_rows[i].dtype for i in tab.ti.tolist())), bool, len(tab))
+                           for d in (t_dtypes[i] for i in tab.ti.tolist())), bool, len(tab))
     look = tab.out & tab.matched & t_float
     idx = np.nonzero(look)[0]
     ti, gi = tab.ti[idx], tab.gi[idx]
     tv, gv = _numeric(t_side, ti), _numeric(g_side, gi)
     units: dict = {}
-    for g in set(g_rows[g].dtype for g in gi.tolist()):
+    for g in set(g_dtypes[g] for g in gi.tolist()):
         try:
             units[g] = ee.unit_roundoff(g)
         except ValueError:
             units[g] = math.nan
-    u = np.array([units[g_rows[g].dtype] for g in gi.tolist()], dtype=float).reshape(-1)
+    u = np.array([units[g_dtypes[g]] for g in gi.tolist()], dtype=float).reshape(-1)
     with np.errstate(all="ignore"):
         both_nan = np.isnan(tv) & np.isnan(gv)
         gap = np.where(np.isfinite(tv) & np.isfinite(gv), np.abs(tv - gv), np.inf)
@@ -464,8 +464,9 @@ def statistics_candidates(tab: Any) -> np.ndarray:
             gap[:, k] = np.where(np.isfinite(gap[:, k]) & (gap[:, k] > 0), np.maximum(gap[:, k] - less, 0.0),
                                  gap[:, k])
         numel: dict = {}
-        counts = np.array([numel.setdefault(g_rows[g].shape, _numel(g_rows[g])) if g_rows[g].shape not in numel
-                           else numel[g_rows[g].shape] for g in gi.tolist()], dtype=float).reshape(-1)
+        shapes, g_rows = g_side.cols.shape, g_side.rows
+        counts = np.array([numel.setdefault(shapes[g], _numel(g_rows[g])) if shapes[g] not in numel
+                           else numel[shapes[g]] for g in gi.tolist()], dtype=float).reshape(-1)
         max_abs = np.maximum(np.maximum(gap[:, 0], gap[:, 1]),
                              np.maximum(gap[:, 2], gap[:, 3] / np.sqrt(np.maximum(counts, 1))))
         mean_abs = gap[:, 2]

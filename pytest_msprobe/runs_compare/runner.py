@@ -12,11 +12,12 @@ from typing import Any, Callable, Iterator
 
 from dumpers import atomic
 
-from . import columnar, mapping, match, table, xframework
+from . import columnar, floattext, mapping, match, sideproc, table, xframework
 from .cells import cell_text, guard
 from .columnar import StatLines
 from .inputs import CompareInputError, Pair, Side, pairs_of, read_side
 from .rows import dump_rows
+from .sideproc import Listed
 
 MAX_TENSOR_BYTES = 1 << 32
 PREFIX = "compare_result"
@@ -51,8 +52,9 @@ def _tensor_loader(side: Side) -> Callable:
 
 
 def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: bool = True,
-                names: mapping.Mapping | None = None) -> tuple:
+                names: mapping.Mapping | None = None, listed: Listed | None = None) -> tuple:
     """(mode, lines, notes) of one pair: rows listed, paired, their metric cells and the checkers' verdicts.
+    ``listed``: the two sides' rows listed already (:func:`.sideproc.read_listed`).
 
     Raises:
         CompareInputError: the two dumps were taken in different modes.
@@ -62,7 +64,11 @@ def build_lines(target: Side, golden: Side, *, fuzzy: bool = False, tensors: boo
                                 f"{golden.mode} dump; compare dumps taken with the same task and summary_mode")
     mode = target.mode
     notes = list(target.problems) + list(golden.problems)
-    t_rows, g_rows = dump_rows(target.data, notes), dump_rows(golden.data, notes)
+    if listed is not None:
+        t_rows, g_rows = listed.t_cols.rows, listed.g_cols.rows
+        notes += listed.problems
+    else:
+        t_rows, g_rows = dump_rows(target.data, notes), dump_rows(golden.data, notes)
     mapped = None
     if mapping.needed(names, target.framework, golden.framework):      # -am/-cm/-dm, or MindSpore vs PyTorch
         mapped = mapping.pairs(t_rows, g_rows, names or mapping.Mapping(), target, golden, notes)
@@ -105,21 +111,23 @@ def _statistics_lines(target: Side, t_rows: list, g_rows: list, notes: list, fuz
     elif fuzzy:
         ti, gi = columnar.indices_of(match.fuzzy(t_rows, g_rows), t_rows, g_rows)
     else:
-        ti, gi = columnar.exact_indices(t_rows, g_rows)
+        ti, gi = columnar.exact_indices(columnar.columns_of(t_rows), columnar.columns_of(g_rows))
     unmatched = int((gi < 0).sum())
     if unmatched:
         notes.append(f"{unmatched} of {len(gi)} rows of {target.dump_json} have no golden row (Bench Name N/A)")
     stacks = None
+    t_cols, g_cols = columnar.columns_of(t_rows), columnar.columns_of(g_rows)
     if target.stack is not None:
         stacks, seen = {}, set()
+        keys = t_cols.key
         for j, i in enumerate(ti.tolist()):
-            key = t_rows[i].key
+            key = keys[i]
             if key not in seen:
                 seen.add(key)
                 frames = target.stack.get(key)
                 if frames is not None:
                     stacks[j] = str(frames)
-    return StatLines(columnar.StatTable(t_rows, g_rows, ti, gi, stacks, rules))
+    return StatLines(columnar.StatTable(t_cols, g_cols, ti, gi, stacks, rules))
 
 
 def _texts(cells: list) -> list:
@@ -165,20 +173,34 @@ def without_cycle_collection() -> Iterator:
 
 
 def compare_pair(pair: Pair, out_dir: str, *, fuzzy: bool = False, stamp: str | None = None,
-                 xlsx: bool = False, names: mapping.Mapping | None = None) -> PairResult:
-    """Compare one pair and write its file into ``out_dir``.
+                 xlsx: bool = False, names: mapping.Mapping | None = None,
+                 process_min_bytes: int | None = None) -> PairResult:
+    """Compare one pair and write its file into ``out_dir``. Dump.json files of at least ``process_min_bytes``
+    (default :data:`.sideproc.PROCESS_MIN_BYTES`) are read in two processes at once (:mod:`.sideproc`).
 
     Raises:
         CompareInputError: a side cannot be read, or the modes differ.
     """
     with without_cycle_collection():
-        return _compare_pair(pair, out_dir, fuzzy, stamp, xlsx, names)
+        return _compare_pair(pair, out_dir, fuzzy, stamp, xlsx, names, process_min_bytes)
+
+
+def _read_pair(pair: Pair, fuzzy: bool, names: mapping.Mapping | None, min_bytes: int | None) -> tuple:
+    """(target, golden, listed): the sides read in two processes where that serves, else here."""
+    listed = None
+    if not fuzzy and not (names and names.active):
+        listed = sideproc.read_listed(pair, min_bytes=min_bytes, meanwhile=floattext.warm)
+        if listed is not None and mapping.needed(names, listed.target.framework, listed.golden.framework):
+            listed = None
+    if listed is not None:
+        return listed.target, listed.golden, listed
+    return read_side(pair.target), read_side(pair.golden), None
 
 
 def _compare_pair(pair: Pair, out_dir: str, fuzzy: bool, stamp: str | None, xlsx: bool,
-                  names: mapping.Mapping | None = None) -> PairResult:
-    target, golden = read_side(pair.target), read_side(pair.golden)
-    mode, lines, notes = build_lines(target, golden, fuzzy=fuzzy, names=names)
+                  names: mapping.Mapping | None = None, process_min_bytes: int | None = None) -> PairResult:
+    target, golden, listed = _read_pair(pair, fuzzy, names, process_min_bytes)
+    mode, lines, notes = build_lines(target, golden, fuzzy=fuzzy, names=names, listed=listed)
     stack = target.stack is not None
     suffix = f"_{pair.label}" if pair.label else ""
     name = f"{PREFIX}{suffix}_{stamp or timestamp()}"
@@ -209,9 +231,11 @@ def _write_xlsx(path: str, lines: list, mode: str, stack: bool) -> str:
 
 
 def compare_runs(target: str, golden: str, out_dir: str, *, fuzzy: bool = False, xlsx: bool = False,
-                 report: Callable[[str], None] = print, names: mapping.Mapping | None = None) -> list:
+                 report: Callable[[str], None] = print, names: mapping.Mapping | None = None,
+                 process_min_bytes: int | None = None) -> list:
     """Compare every rank pair named by ``target`` and ``golden``; a pair that fails is reported in one line and
-    the others go on. Returns the :class:`PairResult` of each compared pair.
+    the others go on. Returns the :class:`PairResult` of each compared pair (``process_min_bytes``: as
+    :func:`compare_pair`).
 
     Raises:
         CompareInputError: the inputs cannot be paired at all.
@@ -224,7 +248,8 @@ def compare_runs(target: str, golden: str, out_dir: str, *, fuzzy: bool = False,
     results = []
     for pair in pairs:
         try:
-            result = compare_pair(pair, out_dir, fuzzy=fuzzy, stamp=stamp, xlsx=xlsx, names=names)
+            result = compare_pair(pair, out_dir, fuzzy=fuzzy, stamp=stamp, xlsx=xlsx, names=names,
+                                  process_min_bytes=process_min_bytes)
         except CompareInputError as exc:
             report(f"{pair.label or pair.target}: SKIP, {exc}")
             continue
