@@ -18,7 +18,7 @@ from generators import entries
 from generators.budget import default_max_bytes
 from generators.dtypes import info
 from generators.real_data import TensorFileError, load_tensor_file
-from generators.values import ValueDecodeError, decode_value
+from generators.values import ValueDecodeError, decode_value, tensor_items
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -183,7 +183,8 @@ def load_recorded(case: Any, *, max_bytes: int | None = None, directions: tuple 
     for direction in directions:
         entry = case.forward if direction == FORWARD else case.backward
         try:
-            values = decode_value(_output_list(entry), make(direction))
+            raw = _output_list(entry)
+            values = decode_value(raw, {path: make(direction)(path, item) for path, item in tensor_items(raw)})
         except ValueDecodeError as exc:
             raise RecordedError(f"{case.name}.{direction} output: {exc}") from None
         if direction == FORWARD:

@@ -7,7 +7,7 @@ any other type -> its value as is.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -37,20 +37,35 @@ class ValueDecodeError(ValueError):
     """A non-tensor argument whose recorded value does not fit its type (e.g. int8 holding 1000)."""
 
 
-def decode_value(obj: Any, make_tensor: Callable[[tuple, dict], Any], path: tuple = ()) -> Any:
-    """Decode one argument structure; tensor items are built by ``make_tensor(path, item)``."""
+def tensor_items(obj: Any, path: tuple = ()) -> list:
+    """The tensor items of one argument structure as ``(path, item)`` pairs, in argument order: the caller
+    makes each tensor and hands them to :func:`decode_value` by path."""
+    if isinstance(obj, list):
+        return [pair for i, sub in enumerate(obj) for pair in tensor_items(sub, (*path, i))]
+    if not isinstance(obj, dict):
+        return []
+    if entries.is_tensor_item(obj):
+        return [(path, obj)]
+    if "type" not in obj:
+        return [pair for k, v in obj.items() for pair in tensor_items(v, (*path, k))]
+    return []
+
+
+def decode_value(obj: Any, tensors: Mapping[tuple, Any], path: tuple = ()) -> Any:
+    """Decode one argument structure; each tensor item becomes ``tensors[path]``, the tensor the caller made for
+    it (:func:`tensor_items` lists them)."""
     import torch
 
     if obj is None:
         return None
     if isinstance(obj, list):
-        return [decode_value(sub, make_tensor, (*path, i)) for i, sub in enumerate(obj)]
+        return [decode_value(sub, tensors, (*path, i)) for i, sub in enumerate(obj)]
     if not isinstance(obj, dict):
         return obj
     if entries.is_tensor_item(obj):
-        return make_tensor(path, obj)
+        return tensors[path]
     if "type" not in obj:
-        return {k: decode_value(v, make_tensor, (*path, k)) for k, v in obj.items()}
+        return {k: decode_value(v, tensors, (*path, k)) for k, v in obj.items()}
     kind, value = obj.get("type"), obj.get("value")
     try:
         return _decode_typed(torch, kind, value)

@@ -151,36 +151,6 @@ def dropout_status(bench: Any, device: Any) -> str:
 
 # --------------------------------------------------------------------------------------------------
 # tensor preparation (1.7)
-class _TorchSource:
-    """A torch tensor read in chunks as numpy (bfloat16 and other dtypes numpy lacks become float32)."""
-
-    def __init__(self, tensor: Any, np_dtype: np.dtype) -> None:
-        import torch
-
-        self.flat = tensor.detach().cpu().reshape(-1)
-        self.dtype = np.dtype(np_dtype)
-        self.size = int(self.flat.numel())
-        self._torch_dtype = getattr(torch, self.dtype.name)
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        return self.flat[start:stop].to(self._torch_dtype).numpy()
-
-    def read_into(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
-        import torch
-
-        torch.from_numpy(out).copy_(self.flat[start:stop])
-        return out
-
-
-class _Bf16Source(_TorchSource):
-    """A bfloat16 tensor compared as float32 (1.7): the metric kernel reads its bits and widens them."""
-
-    def read_bits(self, start: int, stop: int) -> np.ndarray:
-        import torch
-
-        return self.flat[start:stop].view(torch.int16).numpy()
-
-
 def _np_dtype_of(tensor: Any, device_is_bf16: bool) -> np.dtype:
     name = str(tensor.dtype).replace("torch.", "")
     if device_is_bf16 or name == "bfloat16":
@@ -194,13 +164,15 @@ def _np_dtype_of(tensor: Any, device_is_bf16: bool) -> np.dtype:
 
 
 def _source(tensor: Any, np_dtype: np.dtype) -> Any:
-    """Chunk source over a tensor: a zero-copy numpy view where possible, else chunked conversion."""
-    t = tensor.detach().cpu()
-    if str(t.dtype).replace("torch.", "") == np_dtype.name and t.is_contiguous():
-        return M.ArraySource(t.numpy())
-    if str(t.dtype) == BF16 and np_dtype == np.float32:
-        return _Bf16Source(t, np_dtype)
-    return _TorchSource(t, np_dtype)
+    """The metric pass's view of a tensor, with no converted copy of it: the numpy view of its CPU values (read
+    as ``np_dtype``, chunk by chunk, where that is wider), or for bfloat16 its int16 bits, which the kernel
+    widens to float32 itself (1.7)."""
+    import torch
+
+    t = tensor.detach().cpu().reshape(-1)
+    if t.dtype == torch.bfloat16:              # compared as float32 (_np_dtype_of)
+        return M.Bf16BitsSource(bits=t.view(torch.int16).numpy())
+    return M.ArraySource(t.numpy(), np_dtype)
 
 
 def _comparable(b: np.dtype, d: np.dtype, std: StandardVersion) -> bool:

@@ -9,9 +9,10 @@ the integer ``0``.
 
 Inputs may be numpy arrays (any shape; they are flattened) or any object with ``dtype`` (a numpy dtype),
 ``size`` and ``read(start, stop) -> np.ndarray`` returning a 1-D slice in that dtype, and optionally
-``read_into(start, stop, out)`` filling a given buffer (the compare layer converts float16 and other torch
-tensors chunk by chunk this way) or ``read_bits(start, stop)`` returning a float32 source's bfloat16 values as
-their int16 bits (the compare layer hands bfloat16 tensors so: the kernel widens them, no converted copy).
+``read_into(start, stop, out)`` filling a given buffer or ``read_bits(start, stop)`` returning a float32
+source's bfloat16 values as their int16 bits. The compare layer hands the engine's own sources: a tensor's
+numpy view as an ``ArraySource`` (a float16 tensor compared as float32 converted chunk by chunk) and a bfloat16
+tensor's bits as a ``Bf16BitsSource`` (the kernel widens them, no converted copy).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from dumpers.metrics_engine import (  # noqa: F401 - the engine's names the comp
     MSG_EMPTY_MAX,
     MSG_SCALAR,
     ArraySource,
+    Bf16BitsSource,
     CosineResult,
     MetricSet,
     as_source,
