@@ -20,7 +20,6 @@ from generators.dtypes import info
 from generators.index_rules import index_bound
 from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate, to_tensor
 from generators.real_data import TensorFileError, load_tensor_file
-from generators.values import ValueDecodeError, decode_value, tensor_items
 
 # base API name -> dtype swaps applied before generating / after loading (precision spec 7.5)
 DTYPE_SWAPS = {"cross_entropy": {"int32": "int64"}}
@@ -206,14 +205,15 @@ def build_inputs(case: Any, *, random: bool = False, seed: int = 0, max_bytes: i
 
     def decoded(raw: Any, part: str, path: tuple = ()) -> Any:
         made = make(part)
-        return decode_value(raw, {p: made(p, item) for p, item in tensor_items(raw, path)}, path)
+        tensors = {p: made(p, item) for p, item in entries.iter_tensor_items(raw, path)}
+        return entries.decode_value(raw, tensors, path)
 
     forward = case.forward or {}
     try:
         args = decoded(forward.get(fmt.INPUT_ARGS) or [], "args")
         kwargs_raw = forward.get(fmt.INPUT_KWARGS) or {}
         kwargs = {k: decoded(v, "kwargs", (k,)) for k, v in kwargs_raw.items() if k not in DROPPED_KWARGS}
-    except ValueDecodeError as exc:
+    except entries.ValueDecodeError as exc:
         raise InputError(f"{case.name}: {exc}") from None
     grad_output = None
     grad = _grad_item(case)

@@ -18,7 +18,6 @@ from generators import entries
 from generators.budget import default_max_bytes
 from generators.dtypes import info
 from generators.real_data import TensorFileError, load_tensor_file
-from generators.values import ValueDecodeError, decode_value, tensor_items
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -184,8 +183,10 @@ def load_recorded(case: Any, *, max_bytes: int | None = None, directions: tuple 
         entry = case.forward if direction == FORWARD else case.backward
         try:
             raw = _output_list(entry)
-            values = decode_value(raw, {path: make(direction)(path, item) for path, item in tensor_items(raw)})
-        except ValueDecodeError as exc:
+            made = make(direction)
+            tensors = {path: made(path, item) for path, item in entries.iter_tensor_items(raw)}
+            values = entries.decode_value(raw, tensors)
+        except entries.ValueDecodeError as exc:
             raise RecordedError(f"{case.name}.{direction} output: {exc}") from None
         if direction == FORWARD:
             out.forward = values
