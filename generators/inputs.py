@@ -16,9 +16,8 @@ import numpy as np
 from dumpers import format as fmt
 from generators import entries
 from generators.budget import default_max_bytes
-from generators.dtypes import info
 from generators.index_rules import index_bound
-from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate, to_tensor
+from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate, info, to_tensor
 from generators.real_data import TensorFileError, load_tensor_file
 
 # base API name -> dtype swaps applied before generating / after loading (precision spec 7.5)

@@ -16,7 +16,7 @@ from typing import Any
 from dumpers import format as fmt
 from generators import entries
 from generators.budget import default_max_bytes
-from generators.dtypes import info
+from generators.random_data import info
 from generators.real_data import TensorFileError, load_tensor_file
 
 FORWARD = "forward"
