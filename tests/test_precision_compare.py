@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from dumpers.format import output_row_name
 
 from pytest_msprobe.precision import compare as C
-from pytest_msprobe.precision import metrics as M
+from pytest_msprobe.precision import compare as M
 from pytest_msprobe.precision.compare import (
     compare_output,
     compare_outputs,
