@@ -79,7 +79,7 @@ class CheckSession:
         from .devices.base import is_recorded
         if not is_recorded(backend):
             return                  # nothing more to check (nor numpy to import, for --collect-only)
-        from .replay.recorded import usage_problem
+        from .replay.expected import usage_problem
         problem = usage_problem(backend, (c for f in self.dump_paths for c in self.cases_of(f)))
         if problem:
             raise ValueError(f"{self.backend_name()}: {problem}")

@@ -63,7 +63,7 @@ def run_side(adapter: Any, call: Call, role: str, raise_to: Any, backend: Any, i
 
 def recorded_side(adapter: Any, call: Call, bench: Side, recorded: Any) -> tuple:
     """The device side of the ``recorded`` device type, from the bench side: (Side, {row name: SKIP reason})."""
-    from .recorded import device_backward, device_forward
+    from .expected import device_backward, device_forward
     out, skips = device_forward(call.name, call.api, bench.out, recorded)
     grads: list = []
     if bench.backward_ran:
@@ -110,7 +110,7 @@ def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, optio
         except Exception as exc2:  # noqa: BLE001 - reported as the API's SKIP reason
             raise adapter.failure(BENCH, exc2, backend) from None
     from ..devices.base import is_recorded
-    from . import recorded as rec
+    from . import expected as rec
     skips: dict = {}
     cells: dict = {}
     if is_recorded(backend):
