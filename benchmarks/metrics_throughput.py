@@ -51,7 +51,7 @@ def _line(label: str, n: int, times: tuple) -> str:
 def throughput(n: int) -> None:
     import torch
 
-    from pytest_msprobe.precision import metrics as M
+    from pytest_msprobe.precision import compare as M
     from pytest_msprobe.precision import standards as S
     from pytest_msprobe.precision.compare import _source, compare_output
 

@@ -151,8 +151,10 @@ import torch
 torch.set_num_threads(1)
 from generators.loader import load_dump
 from pytest_msprobe.devices import builtin_registry
+from dumpers.metrics_engine import warm_up
 from pytest_msprobe.replay import RunOptions, prepare_compare, run_case
 prepare_compare()
+warm_up()                              # the kernel's loading is start-up, not the calls' compute
 backend = builtin_registry().usable("cpu")
 cases = load_dump(sys.argv[1]).cases
 options = RunOptions()

@@ -11,7 +11,9 @@ Python ``float``, "no data" results the integer ``0``.
 Inputs are numpy arrays or chunk sources: objects with ``dtype`` (a numpy dtype), ``size`` and
 ``read(start, stop)`` returning a 1-D array, optionally ``read_into(start, stop, out)`` filling a buffer, or
 ``read_bits(start, stop)`` returning the chunk of a float32 source held as bfloat16 as its int16 bits (the
-kernel widens them itself: no converted copy).
+kernel widens them itself: no converted copy). The checker hands the engine's own sources (:class:`ArraySource`
+over a tensor's numpy view, :class:`Bf16BitsSource` over a bfloat16 tensor's bits), so the pass never calls
+back into its caller.
 """
 from __future__ import annotations
 
@@ -40,27 +42,39 @@ _SAFE_LO, _SAFE_HI = 1e-130, 1e130
 
 
 class ArraySource:
-    """A numpy array seen as a flat chunk source (a view when the array is contiguous)."""
+    """A numpy array seen as a flat chunk source (a view when the array is contiguous), read as ``dtype`` (its
+    own by default): a wider type is converted chunk by chunk as the pass reads it, never as a whole copy."""
 
-    def __init__(self, array: Any) -> None:
+    def __init__(self, array: Any, dtype: Any = None) -> None:
         self.array = np.asarray(array).reshape(-1)
-        self.dtype = self.array.dtype
+        self.dtype = self.array.dtype if dtype is None else np.dtype(dtype)
         self.size = int(self.array.size)
 
     def read(self, start: int, stop: int) -> np.ndarray:
-        return self.array[start:stop]
+        chunk = self.array[start:stop]
+        return chunk if chunk.dtype == self.dtype else chunk.astype(self.dtype)
 
 
-class Bf16BitsSource(ArraySource):
-    """float32 values that are bfloat16 values (their low 16 bits zero), handed to the kernel as their int16 bits
-    (``read_bits``), as a bfloat16 tensor's chunk source hands them."""
+class Bf16BitsSource:
+    """float32 values that are bfloat16 values, held as their int16 bits (a bfloat16 tensor's
+    ``view(torch.int16)``, zero-copy, or the high halves of a float32 array): the kernel reads the bits
+    (``read_bits``) and widens them itself, so no float32 copy is made."""
 
-    def __init__(self, array: Any) -> None:
-        super().__init__(np.asarray(array, np.float32))
-        self.bits = (self.array.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+    def __init__(self, array: Any = None, *, bits: Any = None) -> None:
+        if bits is None:
+            values = np.asarray(array, np.float32).reshape(-1)
+            bits = (values.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+        self.bits = np.asarray(bits).reshape(-1)
+        if self.bits.dtype != np.int16:
+            raise TypeError(f"bfloat16 bits are int16, not {self.bits.dtype.name}")
+        self.dtype = np.dtype(np.float32)
+        self.size = int(self.bits.size)
 
     def read_bits(self, start: int, stop: int) -> np.ndarray:
         return self.bits[start:stop]
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        return (self.bits[start:stop].astype(np.int32) << 16).view(np.float32)
 
 
 def as_source(x: Any) -> Any:

@@ -1,12 +1,13 @@
 """Shape-wise validation of dump.json entries: every wrong type, bad shape or unknown dtype named by its key.
 
 Each check returns ``None`` when the value is fine, else one sentence naming the key path and what was expected.
-The validators never raise, whatever JSON they are given.
+The validators never raise, whatever JSON they are given. The non-tensor arguments are decoded here too
+(:func:`decode_value`, after :func:`iter_tensor_items` has told the caller which tensors to make).
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from dumpers import format as fmt
@@ -235,3 +236,82 @@ def finite(x: Any) -> bool:
 def _short(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------------------------------
+# decoding the non-tensor argument encodings back into Python objects (precision spec 7.5): ``int``/``float``/
+# ``bool``/``str`` -> the value; ``slice`` -> slice; ``ellipsis`` -> ``...``; numpy scalar type names -> that
+# numpy scalar; ``torch.Size`` -> ``torch.Size``; ``torch.dtype`` -> the dtype; ``torch.device`` -> kept as its
+# dict (the checker drops a kwarg named ``device``); ``mindspore.dtype`` -> :class:`MindSporeDtype`; any other
+# type -> its value as is.
+_NUMPY_ALIASES = {"unicode_": "str_", "string_": "bytes_", "float128": "longdouble", "complex256": "clongdouble"}
+
+
+class MindSporeDtype(str):
+    """A recorded ``mindspore.dtype`` argument (``"Float16"``); the MindSpore replay turns it into the dtype."""
+
+    __slots__ = ()
+
+
+class ValueDecodeError(ValueError):
+    """A non-tensor argument whose recorded value does not fit its type (e.g. int8 holding 1000)."""
+
+
+def decode_value(obj: Any, tensors: Mapping[tuple, Any], path: tuple = ()) -> Any:
+    """Decode one argument structure; each tensor item becomes ``tensors[path]``, the tensor the caller made for
+    it (:func:`iter_tensor_items` lists them)."""
+    import torch
+
+    if obj is None:
+        return None
+    if isinstance(obj, list):
+        return [decode_value(sub, tensors, (*path, i)) for i, sub in enumerate(obj)]
+    if not isinstance(obj, dict):
+        return obj
+    if is_tensor_item(obj):
+        if path not in tensors:
+            raise ValueDecodeError(f"argument{_where(path)} is nested deeper than {MAX_DEPTH} levels")
+        return tensors[path]
+    if "type" not in obj:
+        return {k: decode_value(v, tensors, (*path, k)) for k, v in obj.items()}
+    kind, value = obj.get("type"), obj.get("value")
+    try:
+        return _decode_typed(torch, kind, value)
+    except (ValueError, TypeError, OverflowError, RuntimeError, KeyError) as exc:
+        raise ValueDecodeError(f"argument{_where(path)} {{'type': {kind!r}, 'value': {value!r}}} cannot be decoded: "
+                               f"{exc}") from None
+
+
+def _where(path: tuple) -> str:
+    return "".join(f"[{p}]" for p in path)
+
+
+def _decode_typed(torch: Any, kind: Any, value: Any) -> Any:
+    if kind == "slice":
+        return slice(*value)
+    if kind == "ellipsis":
+        return ...
+    if kind == "torch.Size":
+        if any(not 0 <= v < 2 ** 63 for v in value):
+            raise OverflowError("a size must lie in [0, 2**63)")
+        return torch.Size(value)
+    if kind == "torch.dtype":
+        return getattr(torch, fmt.TORCH_DTYPES[value])
+    if kind == "mindspore.dtype":
+        if fmt.canonical_dtype(value) is None:
+            raise KeyError(f"unknown MindSpore dtype {value!r}")
+        return MindSporeDtype(value)
+    if kind == "torch.device":
+        return {"type": kind, "value": value}
+    if kind in NUMPY_SCALAR_TYPES:
+        import numpy as np
+
+        scalar_type = getattr(np, _NUMPY_ALIASES.get(kind, kind), None)
+        if scalar_type is None:
+            raise KeyError(f"numpy has no scalar type {kind!r} on this machine")
+        if np.issubdtype(scalar_type, np.integer):
+            limits = np.iinfo(scalar_type)
+            if not isinstance(value, int) or not limits.min <= value <= limits.max:
+                raise OverflowError(f"{value!r} is not an integer in [{limits.min}, {limits.max}]")
+        return scalar_type(value)
+    return value

@@ -16,11 +16,9 @@ import numpy as np
 from dumpers import format as fmt
 from generators import entries
 from generators.budget import default_max_bytes
-from generators.dtypes import info
 from generators.index_rules import index_bound
-from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate, to_tensor
+from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate, info, to_tensor
 from generators.real_data import TensorFileError, load_tensor_file
-from generators.values import ValueDecodeError, decode_value
 
 # base API name -> dtype swaps applied before generating / after loading (precision spec 7.5)
 DTYPE_SWAPS = {"cross_entropy": {"int32": "int64"}}
@@ -204,13 +202,17 @@ def build_inputs(case: Any, *, random: bool = False, seed: int = 0, max_bytes: i
             return _postprocess(case, item, tensor)
         return _make
 
+    def decoded(raw: Any, part: str, path: tuple = ()) -> Any:
+        made = make(part)
+        tensors = {p: made(p, item) for p, item in entries.iter_tensor_items(raw, path)}
+        return entries.decode_value(raw, tensors, path)
+
     forward = case.forward or {}
     try:
-        args = decode_value(forward.get(fmt.INPUT_ARGS) or [], make("args"))
+        args = decoded(forward.get(fmt.INPUT_ARGS) or [], "args")
         kwargs_raw = forward.get(fmt.INPUT_KWARGS) or {}
-        kwargs = {k: decode_value(v, make("kwargs"), (k,)) for k, v in kwargs_raw.items()
-                  if k not in DROPPED_KWARGS}
-    except ValueDecodeError as exc:
+        kwargs = {k: decoded(v, "kwargs", (k,)) for k, v in kwargs_raw.items() if k not in DROPPED_KWARGS}
+    except entries.ValueDecodeError as exc:
         raise InputError(f"{case.name}: {exc}") from None
     grad_output = None
     grad = _grad_item(case)

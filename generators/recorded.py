@@ -16,9 +16,8 @@ from typing import Any
 from dumpers import format as fmt
 from generators import entries
 from generators.budget import default_max_bytes
-from generators.dtypes import info
+from generators.random_data import info
 from generators.real_data import TensorFileError, load_tensor_file
-from generators.values import ValueDecodeError, decode_value
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -183,8 +182,11 @@ def load_recorded(case: Any, *, max_bytes: int | None = None, directions: tuple 
     for direction in directions:
         entry = case.forward if direction == FORWARD else case.backward
         try:
-            values = decode_value(_output_list(entry), make(direction))
-        except ValueDecodeError as exc:
+            raw = _output_list(entry)
+            made = make(direction)
+            tensors = {path: made(path, item) for path, item in entries.iter_tensor_items(raw)}
+            values = entries.decode_value(raw, tensors)
+        except entries.ValueDecodeError as exc:
             raise RecordedError(f"{case.name}.{direction} output: {exc}") from None
         if direction == FORWARD:
             out.forward = values

@@ -21,8 +21,7 @@ from hypothesis.errors import InvalidArgument
 
 from dumpers import format as fmt
 from generators import entries
-from generators.dtypes import DTYPES
-from generators.random_data import GenerationError, GenParams, IndexBound, TensorSpec, generate, to_tensor
+from generators.random_data import DTYPES, GenerationError, GenParams, IndexBound, TensorSpec, generate, to_tensor
 
 MAX_SEED = 2 ** 32 - 1
 

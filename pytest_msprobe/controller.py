@@ -18,7 +18,7 @@ from . import reference, resume
 from .precision.verdict import FAITHFUL, is_unfaithful
 from .report import acc_csv, rounding
 from .report.claim import sort_written
-from .report.pairs import held, stop_run
+from .report.acc_csv import held, stop_run
 from .wire import ItemPayload, crash_reason
 
 NAME = "msprobe-controller"

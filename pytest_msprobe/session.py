@@ -79,7 +79,7 @@ class CheckSession:
         from .devices.base import is_recorded
         if not is_recorded(backend):
             return                  # nothing more to check (nor numpy to import, for --collect-only)
-        from .replay.recorded import usage_problem
+        from .replay.expected import usage_problem
         problem = usage_problem(backend, (c for f in self.dump_paths for c in self.cases_of(f)))
         if problem:
             raise ValueError(f"{self.backend_name()}: {problem}")
@@ -93,7 +93,7 @@ class CheckSession:
             self._device_index = device_for_slot(self.slot, ids)
             self._backend = backend
             self._share_cpu_threads()
-            prepare_compare()                  # the metric kernel built before any call's time limit runs
+            prepare_compare()                  # the compare layer imported before the first call
             freeze_long_lived(self.config)     # torch's objects and the run's live to its end
         return self._backend, self._device_index
 

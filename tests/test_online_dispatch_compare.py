@@ -73,7 +73,7 @@ def _metric_cases() -> list:
 def test_metrics_equal_the_checkers(case):
     """Online dispatch's Cosine/MaxAbsErr are the checker's cells (one engine), which are the numpy
     reference's numbers bit for bit."""
-    from pytest_msprobe.precision.metrics import float_metrics
+    from pytest_msprobe.precision.compare import float_metrics
 
     bench, device = _metric_cases()[case]
     ref = reference(bench, device, eps=2.0 ** -52, agree_nonfinite=False)

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from dumpers.format import output_row_name
 
 from pytest_msprobe.precision import compare as C
-from pytest_msprobe.precision import metrics as M
+from pytest_msprobe.precision import compare as M
 from pytest_msprobe.precision.compare import (
     compare_output,
     compare_outputs,
@@ -255,13 +255,13 @@ def test_rollup(statuses, v104, v262):
 def test_large_bf16_output_is_read_in_chunks(monkeypatch):
     monkeypatch.setattr(M, "CHUNK", 1000)
     reads = []
-    real = C._Bf16Source.read_bits
+    real = M.Bf16BitsSource.read_bits
 
     def spy(self, start, stop):
         reads.append(stop - start)
         return real(self, start, stop)
 
-    monkeypatch.setattr(C._Bf16Source, "read_bits", spy)
+    monkeypatch.setattr(M.Bf16BitsSource, "read_bits", spy)
     b = torch.rand(5000, generator=GEN) + 1
     row = C.compare_output("gelu", "x", b, b.bfloat16())
     assert row.status in ("pass", "Warning") and len(reads) >= 5 and max(reads) <= 1000

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from dumpers import metrics_engine as engine
-from pytest_msprobe.precision import metrics as M
+from pytest_msprobe.precision import compare as M
 from pytest_msprobe.precision import standards as S
 
 SV104 = S.BENCHMARK_SMALL_VALUE_1_0_4

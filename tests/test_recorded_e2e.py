@@ -17,7 +17,7 @@ import torch  # noqa: F401 - imported before pytester snapshots sys.modules: tor
 
 import generators.inputs  # noqa: F401 - the same, and keeps in-process runs fast
 import pytest_msprobe.precision.compare  # noqa: F401
-import pytest_msprobe.replay.recorded  # noqa: F401 - one NotRecorded class across the in-process runs
+import pytest_msprobe.replay.expected  # noqa: F401 - one NotRecorded class across the in-process runs
 from dumpers import format as fmt
 
 FIDELITY = "Replay Fidelity"

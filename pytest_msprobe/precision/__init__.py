@@ -2,8 +2,8 @@
 
 Modules:
   standards  API lists, thresholds and the named standard versions, all as data
-  metrics    pure numpy metric functions (chunked for large outputs)
-  compare    per-output verdicts (details rows), dropout rule and the roll-up
+  compare    per-output metrics (the standard's parameters handed to the one metric pass of
+             dumpers.metrics_engine) and verdicts (details rows), dropout rule and the roll-up
   apc_rules  the NPU-vs-GPU ratio rules of api_precision_compare
 
 Importing this package imports nothing heavy; ``compare`` imports torch only when it meets a tensor.

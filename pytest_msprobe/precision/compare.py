@@ -2,8 +2,9 @@
 
 Implements spec precision-standard.md sections 1.5-1.7 (which outputs, dispatch, preparation),
 2.8 (which cells are filled), 3.1 (status chain), 3.3 (other statuses), 3.5 (dropout) and 3.6 (roll-up).
-The numbers come from :mod:`.metrics`; every threshold and list comes from :mod:`.standards` through the
-chosen :class:`~.standards.StandardVersion`. torch is imported only when a tensor is met.
+The numbers come from the one metric pass of :mod:`dumpers.metrics_engine` (:func:`float_metrics` hands it
+the standard's parameters in the types the spec prescribes, section 1.7); every threshold and list comes from
+:mod:`.standards` through the chosen :class:`~.standards.StandardVersion`. torch is imported only when a tensor is met.
 """
 from __future__ import annotations
 
@@ -13,27 +14,52 @@ from typing import Any
 
 import numpy as np
 
-from . import metrics as M
+from dumpers import metrics_engine as engine
+from dumpers.metrics_engine import (  # noqa: F401 - the engine's names the tests and benchmarks read here
+    CHUNK,
+    MSG_BENCH_ZERO,
+    MSG_BOTH_ZERO,
+    MSG_COS_NAN,
+    MSG_DEVICE_ZERO,
+    MSG_EMPTY_MAX,
+    MSG_SCALAR,
+    ArraySource,
+    Bf16BitsSource,
+    CosineResult,
+    MetricSet,
+    as_source,
+)
+
 from .fields import DETAIL_METRIC_FIELDS
 from .standards import (
     ABSOLUTE,
     BENCHMARK,
     BF16,
+    BF16_EPS,
+    BF16_MAX,
     BINARY,
+    COSINE_PASS,
     DEFAULT_STANDARD,
     DROPOUT_MIN_N,
     DROPOUT_ZERO_RATIO,
     ERROR,
     FIRST_OUTPUT_ONLY_APIS,
     FP16,
+    FP32,
+    HUNDRED_T,
     MAX_ABS_PASS,
     NEW_STANDARD_DTYPES,
     PASS,
     SKIP,
+    TEN_THOUSAND_T,
     THOUSANDTH,
+    THOUSAND_T,
     ULP,
     ULP_PARAMS,
+    AbsoluteThreshold,
+    SmallValue,
     StandardVersion,
+    UlpParams,
     get_standard,
     standard_for,
 )
@@ -72,6 +98,64 @@ _BUILTINS = (bool, int, float, str)
 def _blank_metrics() -> dict:
     return dict.fromkeys(DETAIL_METRIC_FIELDS)
 
+
+
+# --------------------------------------------------------------------------------------------------
+# the metrics: the standard's parameters handed to the one metric pass of dumpers.metrics_engine
+RATIO_THRESHOLDS = {"hundred_ratio": HUNDRED_T, "thousand_ratio": THOUSAND_T, "ten_thousand_ratio": TEN_THOUSAND_T}
+
+# finite range of the device array type used by the inf/nan error rate (2.6)
+_FINITE_MAX = {FP16: 65504.0, FP32: float(np.finfo(np.float32).max), BF16: BF16_MAX}
+
+
+def relative_eps(bench_dtype: Any, device_dtype: str) -> float:
+    """The epsilon of the relative errors (1.7): 2^-8 for a bf16 device output, else the bench's eps."""
+    if device_dtype == BF16:
+        return BF16_EPS
+    return float(np.finfo(np.dtype(bench_dtype)).eps)
+
+
+def float_metrics(bench: Any, device: Any, *, device_dtype: str, eps: float | None = None,
+                  legacy: bool = True, binary: bool = False, small_value: SmallValue | None = None,
+                  absolute: AbsoluteThreshold | None = None, ulp: UlpParams | None = None,
+                  agree_nonfinite: bool = True, absolute_class_match: bool = True,
+                  chunk: int | None = None) -> MetricSet:
+    """Compute the requested metric groups of two prepared float arrays in one chunked pass.
+
+    Args:
+        bench, device: prepared arrays (1.7) or chunk sources, same element count.
+        device_dtype: the device output's torch dtype string (keys the tables, picks bf16 eps).
+        eps: relative-error epsilon; default :func:`relative_eps`.
+        legacy: cosine, max abs error and the double-hundred/thousand/ten-thousand ratios (2.1-2.3).
+        binary: binary consistency error rate (2.4).
+        small_value: benchmark metrics (2.5) with these thresholds.
+        absolute: absolute-threshold metrics (2.6) with these thresholds.
+        ulp: ULP metrics (2.7) with these parameters.
+        agree_nonfinite: non-finite positions where both sides agree count as equal in the legacy
+            metrics and the binary rate (fix of msprobe defect 9 #6); False gives msprobe 1.0.4.
+        absolute_class_match: a bench +-inf needs the same device inf in the inf/nan error rate
+            (fix of 9 #19); False gives msprobe's clip rule.
+        chunk: elements per chunk (default: the engine's ``CHUNK``).
+
+    Returns:
+        MetricSet whose ``values`` hold the computed cells by DETAIL_METRIC_FIELDS name.
+    """
+    bs, ds = as_source(bench), as_source(device)
+    if eps is None:
+        eps = relative_eps(bs.dtype, device_dtype)
+    hi = _FINITE_MAX.get(device_dtype, float(np.finfo(np.dtype(ds.dtype)).max))
+    groups = engine.Groups(
+        eps=eps, legacy=legacy, ratios=tuple(RATIO_THRESHOLDS.items()), binary=binary,
+        small_value=None if small_value is None else (small_value.sv, small_value.atol),
+        absolute=None if absolute is None else (absolute.rtol, absolute.sv, absolute.atol, hi),
+        ulp=None if ulp is None else (ulp.min_eb, ulp.exponent_num, ulp.compute, ulp.threshold),
+        agree_nonfinite=agree_nonfinite, class_match=absolute_class_match, cosine_pass=COSINE_PASS)
+    return engine.run(bs, ds, groups, chunk or CHUNK)
+
+
+def binary_error_rate(bench: Any, device: Any, *, agree_nonfinite: bool = False) -> Any:
+    """count(B != D) / N (2.4); the string "Nan" for empty outputs. Works for every dtype."""
+    return engine.binary_error_rate(bench, device, agree_nonfinite=agree_nonfinite)
 
 @dataclass
 class DetailRow:
@@ -151,36 +235,6 @@ def dropout_status(bench: Any, device: Any) -> str:
 
 # --------------------------------------------------------------------------------------------------
 # tensor preparation (1.7)
-class _TorchSource:
-    """A torch tensor read in chunks as numpy (bfloat16 and other dtypes numpy lacks become float32)."""
-
-    def __init__(self, tensor: Any, np_dtype: np.dtype) -> None:
-        import torch
-
-        self.flat = tensor.detach().cpu().reshape(-1)
-        self.dtype = np.dtype(np_dtype)
-        self.size = int(self.flat.numel())
-        self._torch_dtype = getattr(torch, self.dtype.name)
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        return self.flat[start:stop].to(self._torch_dtype).numpy()
-
-    def read_into(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
-        import torch
-
-        torch.from_numpy(out).copy_(self.flat[start:stop])
-        return out
-
-
-class _Bf16Source(_TorchSource):
-    """A bfloat16 tensor compared as float32 (1.7): the metric kernel reads its bits and widens them."""
-
-    def read_bits(self, start: int, stop: int) -> np.ndarray:
-        import torch
-
-        return self.flat[start:stop].view(torch.int16).numpy()
-
-
 def _np_dtype_of(tensor: Any, device_is_bf16: bool) -> np.dtype:
     name = str(tensor.dtype).replace("torch.", "")
     if device_is_bf16 or name == "bfloat16":
@@ -194,13 +248,15 @@ def _np_dtype_of(tensor: Any, device_is_bf16: bool) -> np.dtype:
 
 
 def _source(tensor: Any, np_dtype: np.dtype) -> Any:
-    """Chunk source over a tensor: a zero-copy numpy view where possible, else chunked conversion."""
-    t = tensor.detach().cpu()
-    if str(t.dtype).replace("torch.", "") == np_dtype.name and t.is_contiguous():
-        return M.ArraySource(t.numpy())
-    if str(t.dtype) == BF16 and np_dtype == np.float32:
-        return _Bf16Source(t, np_dtype)
-    return _TorchSource(t, np_dtype)
+    """The metric pass's view of a tensor, with no converted copy of it: the numpy view of its CPU values (read
+    as ``np_dtype``, chunk by chunk, where that is wider), or for bfloat16 its int16 bits, which the kernel
+    widens to float32 itself (1.7)."""
+    import torch
+
+    t = tensor.detach().cpu().reshape(-1)
+    if t.dtype == torch.bfloat16:              # compared as float32 (_np_dtype_of)
+        return Bf16BitsSource(bits=t.view(torch.int16).numpy())
+    return ArraySource(t.numpy(), np_dtype)
 
 
 def _comparable(b: np.dtype, d: np.dtype, std: StandardVersion) -> bool:
@@ -241,7 +297,7 @@ def _compare_tensor(api_name: str, row_name: str, bench: Any, device: Any, std: 
 
 def _compare_integers(api_name: str, row: DetailRow, bs: Any, ds: Any, std: StandardVersion) -> DetailRow:
     row.standard = BINARY
-    rate = M.binary_error_rate(bs, ds)
+    rate = binary_error_rate(bs, ds)
     row.metrics["binary_error_rate"] = rate
     msg = std.int_message.format(dtype=ds.dtype.name)
     if rate == "Nan":
@@ -259,7 +315,7 @@ def _compare_integers(api_name: str, row: DetailRow, bs: Any, ds: Any, std: Stan
 
 
 def _spans(n: int) -> list:
-    return [(i, min(i + M.CHUNK, n)) for i in range(0, n, M.CHUNK)]
+    return [(i, min(i + CHUNK, n)) for i in range(0, n, CHUNK)]
 
 
 def _groups_for(standard: str, dt: str, std: StandardVersion, api_name: str) -> dict:
@@ -285,19 +341,19 @@ def _compare_floats(api_name: str, row: DetailRow, bs: Any, ds: Any, std: Standa
     n = bs.size
     prefix = std.fp64_message + "\n" if (dt == "torch.float64" and std.fp64_message) else ""
     if n == 0:
-        ms = M.float_metrics(bs, ds, device_dtype=dt, legacy=False, **groups)
+        ms = float_metrics(bs, ds, device_dtype=dt, legacy=False, **groups)
         row.metrics.update(ms.values)
         if "small_value" in groups:
             for key in ("max_rel_err", "mean_rel_err"):
                 row.metrics[key] = None
             row.status, row.message = ERROR, MSG_EMPTY_REL
         else:
-            row.status, row.message = SKIP, M.MSG_EMPTY_MAX
+            row.status, row.message = SKIP, MSG_EMPTY_MAX
         return row
-    ms = M.float_metrics(bs, ds, device_dtype=dt, legacy=True, agree_nonfinite=std.nonfinite_by_agreement,
+    ms = float_metrics(bs, ds, device_dtype=dt, legacy=True, agree_nonfinite=std.nonfinite_by_agreement,
                          **groups)
     values = dict(ms.values)
-    legacy = {k: values.pop(k) for k in ("cosine", "max_abs_err", *M.RATIO_THRESHOLDS)}
+    legacy = {k: values.pop(k) for k in ("cosine", "max_abs_err", *RATIO_THRESHOLDS)}
     row.metrics.update(values)
     if standard == THOUSANDTH:
         row.metrics["thousand_ratio"] = legacy["thousand_ratio"]
@@ -305,7 +361,7 @@ def _compare_floats(api_name: str, row: DetailRow, bs: Any, ds: Any, std: Standa
     return row
 
 
-def _status_chain(row: DetailRow, cos: M.CosineResult, legacy: dict, dt: str, std: StandardVersion,
+def _status_chain(row: DetailRow, cos: CosineResult, legacy: dict, dt: str, std: StandardVersion,
                   prefix: str) -> None:
     """The run_ut status chain (3.1): cosine, max abs error, then the relative-error ratios."""
     cells = row.metrics
@@ -320,23 +376,23 @@ def _status_chain(row: DetailRow, cos: M.CosineResult, legacy: dict, dt: str, st
     if max_abs < MAX_ABS_PASS:
         row.status, row.message = PASS, msg + V_MAXABS_PASS
         return
-    hundred, thousand, ten_thousand = (legacy[k] for k in M.RATIO_THRESHOLDS)
+    hundred, thousand, ten_thousand = (legacy[k] for k in RATIO_THRESHOLDS)
     if dt in (FP16, BF16):
         cells["hundred_ratio"] = hundred
-        if not hundred > 1 - M.RATIO_THRESHOLDS["hundred_ratio"]:
+        if not hundred > 1 - RATIO_THRESHOLDS["hundred_ratio"]:
             row.status, row.message = ERROR, msg + V_HUNDRED_ERR
             return
         cells["thousand_ratio"] = thousand
-        if thousand > 1 - M.RATIO_THRESHOLDS["thousand_ratio"]:
+        if thousand > 1 - RATIO_THRESHOLDS["thousand_ratio"]:
             row.status, row.message = PASS, msg + V_THOUSAND_PASS
         else:
             row.status, row.message = std.warning, msg + V_THOUSAND_WARN
         return
     cells["thousand_ratio"] = thousand
     cells["ten_thousand_ratio"] = ten_thousand
-    if not thousand > 1 - M.RATIO_THRESHOLDS["thousand_ratio"]:
+    if not thousand > 1 - RATIO_THRESHOLDS["thousand_ratio"]:
         row.status, row.message = ERROR, msg + V_THOUSAND_ERR
-    elif not ten_thousand > 1 - M.RATIO_THRESHOLDS["ten_thousand_ratio"]:
+    elif not ten_thousand > 1 - RATIO_THRESHOLDS["ten_thousand_ratio"]:
         row.status, row.message = std.warning, msg + V_TEN_THOUSAND_WARN
     else:
         row.status, row.message = PASS, msg + V_TEN_THOUSAND_PASS

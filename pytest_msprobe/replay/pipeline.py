@@ -10,6 +10,7 @@ API-level SKIP with the reason (spec 3.4). torch is imported on first use.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from typing import Any
 
@@ -62,7 +63,7 @@ def run_side(adapter: Any, call: Call, role: str, raise_to: Any, backend: Any, i
 
 def recorded_side(adapter: Any, call: Call, bench: Side, recorded: Any) -> tuple:
     """The device side of the ``recorded`` device type, from the bench side: (Side, {row name: SKIP reason})."""
-    from .recorded import device_backward, device_forward
+    from .expected import device_backward, device_forward
     out, skips = device_forward(call.name, call.api, bench.out, recorded)
     grads: list = []
     if bench.backward_ran:
@@ -109,7 +110,7 @@ def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, optio
         except Exception as exc2:  # noqa: BLE001 - reported as the API's SKIP reason
             raise adapter.failure(BENCH, exc2, backend) from None
     from ..devices.base import is_recorded
-    from . import recorded as rec
+    from . import expected as rec
     skips: dict = {}
     cells: dict = {}
     if is_recorded(backend):
@@ -187,14 +188,18 @@ def run_case(case: Any, backend: Any, device_index: int, options: RunOptions) ->
     return result
 
 
+@functools.lru_cache(maxsize=None)
 def _warm_up() -> None:
-    """Import what every case needs, so the first timed call is not charged for it."""
+    """Import what every case needs and load the metric kernel for the usual dtype pairs, once per process, so
+    the first timed call is not charged for them."""
     import torch  # noqa: F401
 
     import generators.apis  # noqa: F401
     import generators.inputs  # noqa: F401
+    from dumpers import metrics_engine
 
     from ..precision import compare  # noqa: F401
+    metrics_engine.warm_up()
 
 
 def _run_case(case: Any, backend: Any, device_index: int, options: RunOptions) -> CaseResult:

@@ -14,6 +14,7 @@ OS at once, so a killed process leaves whole rows behind and a result row means 
 from __future__ import annotations
 
 import csv
+import datetime
 import errno
 import io
 import os
@@ -31,7 +32,11 @@ from ..precision.verdict import DEFAULT_FAIL_ON, is_failing  # is_failing: a res
 from .columns import (BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, EXPECTED_COLUMN,
                       FIDELITY_COLUMN, RESULT_HEADER)
 from dumpers.csvcell import DEFAULT_PRECISION, FORMULA_LEAD, format_cell, safe_text
-from . import pairs
+
+try:
+    import fcntl
+except ImportError:         # no advisory locks on this platform: exclusive creation still keeps pairs apart
+    fcntl = None  # type: ignore[assignment]
 
 BOM = "\ufeff"
 RESULT_PREFIX = "accuracy_checking_result_"
@@ -39,6 +44,123 @@ DETAILS_PREFIX = "accuracy_checking_details_"
 RESULT_NAME_RE = re.compile(r"^accuracy_checking_result_(\d{14})\.csv\Z")
 FILE_MODE = 0o640
 DIR_MODE = 0o750
+
+
+# --------------------------------------------------------------------------------------------------
+# Which pair a check writes, so that two checks never share or replace one. A new pair is claimed (claim.py)
+# by creating both files exclusively (O_EXCL): of two checks started in the same second into one
+# --msprobe-out, one gets ..._{ts}.csv and the other the next free second. While a check writes its pair it
+# holds an exclusive advisory lock on the result file (a second check continuing the same pair, --lf or
+# --msprobe-result-csv, stops with one line), and its end-of-run rewrite (rows back in dump order after -n)
+# replaces only the file it wrote, unchanged since.
+MAX_TRIES = 3600            # one free name within the next hour of one-second stamps
+
+
+class PairBusy(OSError):
+    """Another check is writing this CSV pair."""
+
+
+_ADVICE = {
+    errno.ENOSPC: "free space on its disk or give another --msprobe-out, then run the same command with --lf to "
+                  "finish the pair",
+    errno.EFBIG: "the file-size limit (ulimit -f) is reached; raise it or give another --msprobe-out, then run "
+                 "the same command with --lf to finish the pair",
+    errno.EACCES: "give a folder you can write with --msprobe-out",
+    errno.EPERM: "give a folder you can write with --msprobe-out",
+    errno.EROFS: "the file system is read-only; give a writable folder with --msprobe-out",
+    errno.ENOTDIR: "a part of the path is a file; give a folder with --msprobe-out",
+}
+_ADVICE[getattr(errno, "EDQUOT", errno.ENOSPC)] = _ADVICE[errno.ENOSPC]
+
+
+class CsvWriteError(OSError):
+    """A result or details CSV that cannot be written: one line naming the file and what to do."""
+
+    def __init__(self, path: str, exc: OSError) -> None:
+        reason = exc.strerror or str(exc)
+        advice = _ADVICE.get(exc.errno or 0, "check the disk and the folder, then run the same command with --lf "
+                                              "to finish the pair")
+        path = os.path.abspath(path)
+        super().__init__(exc.errno, f"cannot write {path}: {reason}; {advice}")
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def stop_run(exc: OSError) -> Any:
+    """End the pytest run with one line for a CSV that cannot be written (``pytest.exit``: the session still
+    finishes, and the rows written so far stay whole)."""
+    import pytest
+    pytest.exit(f"pytest-msprobe: {exc}", returncode=pytest.ExitCode.INTERRUPTED)
+
+
+def next_second(ts: str) -> str:
+    """``YYYYmmddHHMMSS`` one second later (file names keep msprobe's pattern)."""
+    t = datetime.datetime.strptime(ts, "%Y%m%d%H%M%S") + datetime.timedelta(seconds=1)
+    return t.strftime("%Y%m%d%H%M%S")
+
+
+def create_exclusive(path: str, mode: int) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def lock(fd: int, path: str) -> None:
+    """Take the exclusive advisory lock of the pair whose result file is open as ``fd`` (held until closed).
+
+    Raises:
+        PairBusy: another check holds it.
+    """
+    if fcntl is None:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise PairBusy(f"{path} is being written by another check; wait for that check to end, or leave out "
+                       f"--lf / --msprobe-result-csv to write a new pair") from None
+
+
+def identity(fd: int) -> tuple:
+    """(device, inode, size) of an open file."""
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino, st.st_size
+
+
+def unchanged(path: str, ident: Any) -> bool:
+    """Whether ``path`` is still the file of ``ident`` (:func:`identity`), with nothing written since."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino, st.st_size) == tuple(ident)
+
+
+class held:
+    """``with held(path):`` the pair's lock on the result file as it is now (for a rewrite before writing)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fh: Any = None
+
+    def __enter__(self) -> held:
+        if os.path.exists(self.path):
+            self.fh = open(self.path, "rb")     # noqa: SIM115 - closed on exit
+            try:
+                lock(self.fh.fileno(), self.path)
+            except OSError:
+                self.fh.close()
+                raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fh is not None:
+            self.fh.close()
+
 
 
 STANDARD_MARK = re.compile(r"\(standard (?P<version>[0-9.]+)\)\s*$")    # in a Data Mode cell (mark_data_mode)
@@ -203,7 +325,7 @@ class _Sink:
         try:
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
         except OSError as exc:
-            raise pairs.CsvWriteError(path, exc) from None
+            raise CsvWriteError(path, exc) from None
         self.size = os.fstat(self.fd).st_size
         if self.size == 0:
             self.write(BOM + row_text(header))
@@ -216,7 +338,7 @@ class _Sink:
                 data = data[os.write(self.fd, data):]
         except OSError as exc:
             self.cut(self.size)
-            raise pairs.CsvWriteError(self.path, exc) from None
+            raise CsvWriteError(self.path, exc) from None
         self.size += len(raw)
 
     def cut(self, size: int) -> None:
@@ -231,7 +353,7 @@ class _Sink:
         try:
             os.fsync(self.fd)
         except OSError as exc:
-            raise pairs.CsvWriteError(self.path, exc) from None
+            raise CsvWriteError(self.path, exc) from None
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -272,11 +394,11 @@ class AccCsvWriter:
             try:
                 make_dirs(d)
             except OSError as exc:
-                raise pairs.CsvWriteError(d, exc) from None
+                raise CsvWriteError(d, exc) from None
         self._details = _Sink(self.details_path, header)
         try:
             self._result = _Sink(self.result_path, RESULT_HEADER)
-            pairs.lock(self._result.fd, self.result_path)   # one check writes a pair at a time
+            lock(self._result.fd, self.result_path)   # one check writes a pair at a time
         except OSError:
             self._details.close()
             if getattr(self, "_result", None) is not None:
@@ -332,8 +454,8 @@ class AccCsvWriter:
                 sink.sync()
 
     def identities(self) -> tuple:
-        """(result, details) :func:`.pairs.identity` of the files written so far."""
-        return pairs.identity(self._result.fd), pairs.identity(self._details.fd)
+        """(result, details) :func:`identity` of the files written so far."""
+        return identity(self._result.fd), identity(self._details.fd)
 
     def close(self) -> None:
         try:

@@ -5,8 +5,8 @@ import os
 from typing import Any
 
 from . import acc_csv
-from .acc_csv import FILE_MODE, csv_paths, make_dirs, sort_apis
-from .pairs import MAX_TRIES, CsvWriteError, create_exclusive, next_second, unchanged
+from .acc_csv import (FILE_MODE, MAX_TRIES, CsvWriteError, create_exclusive, csv_paths, make_dirs, next_second,
+                      sort_apis, unchanged)
 
 
 def claim_pair(out_dir: str, ts: str | None = None) -> tuple:
