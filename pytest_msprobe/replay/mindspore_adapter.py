@@ -75,9 +75,16 @@ def ms_error_text(exc: BaseException) -> str:
 
 
 def _drain(ms: Any) -> None:
-    """After a failed call: run two tiny ops so that an error MindSpore still holds for the failed call
-    surfaces (and is dropped) here, not in the next case."""
+    """After a failed call: wait for MindSpore's queued work (``mindspore.runtime.synchronize``) and run two tiny
+    ops, so that an error it still holds for the failed call surfaces (and is dropped) here, not in the next
+    case: without the wait a busy machine let a failed bfloat16 kernel's error reach the next case's bench."""
     import numpy as np
+    runtime = getattr(ms, "runtime", None)
+    if runtime is not None and hasattr(runtime, "synchronize"):
+        try:
+            runtime.synchronize()
+        except Exception:  # noqa: BLE001, S112 - the stale error of the failed call
+            pass
     for _ in range(2):
         try:
             (ms.Tensor(np.zeros((1,), np.float32)) + 0).asnumpy()
