@@ -485,10 +485,10 @@ class DumpSession:
                                      getattr(func, "__code__", None), use_cache=not collective)
         except Exception as exc:  # noqa: BLE001 - the dumper must never break training
             self._internal_error(exc)
-        # each tensor argument's autograd node before the call: an output that is an argument with the same
-        # node (dropout at p=0 returns its input) got no node from this call, so it has no backward entry
+        # a dropout's tensor arguments with their autograd nodes before the call: an output that is an argument
+        # with the same node (p=0 returns its input) got no node from this call, so it has no backward entry
         before = [(a, a.grad_fn) for a in args if type(a) is torch.Tensor] \
-            if (plain is not None or pending is not None) and not collective else ()
+            if "dropout" in base and (plain is not None or pending is not None) and not collective else ()
         if collective:
             self.busy = True
             try:
@@ -575,7 +575,7 @@ class DumpSession:
         t = first_tensor(result)
         if t is None or t.grad_fn is None:
             return
-        if "dropout" in base and any(t is a and t.grad_fn is node for a, node in before):
+        if any(t is a and t.grad_fn is node for a, node in before):
             return          # a dropout that returned its argument as it was: no backward entry, as in msprobe
         t.grad_fn.register_hook(functools.partial(on_backward or self._on_api_backward,
                                                   f"{base}.{idx}.{fmt.BACKWARD}", self.generation))
