@@ -17,14 +17,13 @@ from typing import Any
 
 from .inputs import CompareInputError
 from .ms_api_names import torch_api
+from .rows import NA
+from .xframework import MINDSPORE_FRAMEWORKS, PYTORCH
 
 MAX_FILE_BYTES = 16 << 20
 ABANDONED = "abandoned"          # appended to a row name of a user-mapped API whose position is not mapped
-NA = "N/A"
 CALL = re.compile(r"\.(forward|backward)\.")
 CELL_PART = re.compile(r"\.(?:forward|backward|parameters_grad)\.")
-PYTORCH = "pytorch"
-MINDSPORE_FRAMEWORKS = ("mindspore", "mindtorch")     # targets msprobe compares with its MindSpore compare
 
 # a dtype of either framework -> its kind, for pairing a MindSpore row with a PyTorch one
 _KINDS = {"int": ("Int8", "UInt8", "Int16", "UInt16", "Int32", "UInt32", "Int64", "UInt64"),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .rows import NA
 
 PYTORCH = "pytorch"                                   # dump.json's framework values
-MINDSPORE_FRAMEWORKS = ("mindspore", "mindtorch")
+MINDSPORE_FRAMEWORKS = ("mindspore", "mindtorch")     # the sides msprobe compares with its MindSpore compare
 
 # MindSpore's dtype text -> the torch dtype of the same kind and width
 _MINDSPORE_AS_TORCH = {name: "torch." + same for name, same in (
