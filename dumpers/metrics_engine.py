@@ -9,11 +9,10 @@ keep the scalar types msprobe writes: float32 results stay ``np.float32``, float
 Python ``float``, "no data" results the integer ``0``.
 
 Inputs are numpy arrays or chunk sources: objects with ``dtype`` (a numpy dtype), ``size`` and
-``read(start, stop)`` returning a 1-D array, optionally ``read_into(start, stop, out)`` filling a buffer, or
-``read_bits(start, stop)`` returning the chunk of a float32 source held as bfloat16 as its int16 bits (the
-kernel widens them itself: no converted copy). The checker hands the engine's own sources (:class:`ArraySource`
-over a tensor's numpy view, :class:`Bf16BitsSource` over a bfloat16 tensor's bits), so the pass never calls
-back into its caller.
+``read(start, stop)`` returning a 1-D array, or ``read_bits(start, stop)`` returning the chunk of a float32
+source held as bfloat16 as its int16 bits (the kernel widens them itself: no converted copy). The checker
+hands the engine's own sources (:class:`ArraySource` over a tensor's numpy view, :class:`Bf16BitsSource`
+over a bfloat16 tensor's bits), so the pass never calls back into its caller.
 """
 from __future__ import annotations
 
@@ -115,14 +114,9 @@ class Groups(NamedTuple):
     cosine_pass: float = 0.99
 
 
-def _read(source: Any, start: int, stop: int, buf: np.ndarray) -> np.ndarray:
+def _read(source: Any, start: int, stop: int) -> np.ndarray:
     bits = getattr(source, "read_bits", None)
-    if bits is not None:
-        return bits(start, stop)
-    into = getattr(source, "read_into", None)
-    if into is not None:
-        return into(start, stop, buf)
-    return source.read(start, stop)
+    return bits(start, stop) if bits is not None else source.read(start, stop)
 
 
 def _kernel_view(a: np.ndarray) -> np.ndarray:
@@ -169,7 +163,6 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
     sq, re = np.empty(k, tae), np.empty(k, tae)
     b64, d64 = (np.empty(k), np.empty(k)) if dots else (np.empty(0), np.empty(0))
     ulp = np.empty(k if g.ulp is not None else 0, tc)
-    bbuf, dbuf = np.empty(k, tb), np.empty(k, td)
     cnt = np.zeros(K.N_CNT, np.int64)
     mx = np.full(K.N_MAX, -1.0)
     sq_sum = re_sum = ulp_sum = dot = sdd = sbb = 0.0
@@ -181,8 +174,8 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
         for start in range(0, n, chunk):
             stop = min(start + chunk, n)
             m = stop - start
-            bc = _kernel_view(_read(bs, start, stop, bbuf[:m]))
-            dc = _kernel_view(_read(ds, start, stop, dbuf[:m]))
+            bc = _kernel_view(_read(bs, start, stop))
+            dc = _kernel_view(_read(ds, start, stop))
             kept = K.chunk_pass(bc, dc, flags, par, sq_k[:m], re_k[:m],
                                 b64[:m] if dots else b64, d64[:m] if dots else d64, ulp[:m], cnt, mx)
             if small:
