@@ -18,7 +18,7 @@ from generators import entries
 from generators.budget import default_max_bytes
 from generators.index_rules import index_bound
 from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate, info, to_tensor
-from generators.real_data import TensorFileError, load_tensor_file
+from generators.tensorfile import TensorFileError, load_tensor_file
 
 # base API name -> dtype swaps applied before generating / after loading (precision spec 7.5)
 DTYPE_SWAPS = {"cross_entropy": {"int32": "int64"}}

@@ -18,7 +18,7 @@ from dumpers import format as fmt
 from generators import entries, jsonsafe
 from generators.apis import UnknownApiError, prefix_problem, resolve_api
 from generators.ms_apis import check_ms_api, ms_prefix_problem
-from generators.paths import resolve_tensor_dir
+from generators.tensorfile import resolve_tensor_dir
 
 DEFAULT_MAX_JSON_BYTES = jsonsafe.DEFAULT_MAX_JSON_BYTES
 FRAMEWORKS = ("pytorch", "mindspore")

@@ -3,7 +3,7 @@
 A tensor dump holds, beside the inputs, what the training run produced: ``{call}.forward.output.N`` files and,
 in the backward entry's ``output`` list, the gradients of the call's inputs (``{call}.backward.output.N``).
 They are untrusted input like every other tensor file and load through
-:func:`generators.real_data.load_tensor_file` (confined to the dump's tensor directory, no pickles, shape and
+:func:`generators.tensorfile.load_tensor_file` (confined to the dump's tensor directory, no pickles, shape and
 dtype checked against dump.json) under the same kind of byte budget as the inputs, checked from the dump's shapes
 before any file is read. A file that is missing or refused does not stop the others: its place holds a
 :class:`NotRecorded` with the reason, which becomes that output's SKIP reason.
@@ -17,7 +17,7 @@ from dumpers import format as fmt
 from generators import entries
 from generators.budget import default_max_bytes
 from generators.random_data import info
-from generators.real_data import TensorFileError, load_tensor_file
+from generators.tensorfile import TensorFileError, load_tensor_file
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -238,7 +238,7 @@ def recorded_files(case: Any) -> list:
     """
     import os
 
-    from generators.paths import PathRefused, safe_join
+    from generators.tensorfile import PathRefused, safe_join
     if case.tensor_dir is None:
         return []
     found = []

@@ -11,7 +11,7 @@ from typing import Any
 from dumpers import format as fmt
 from generators import jsonsafe
 from generators.loader import unfinished_error
-from generators.paths import resolve_tensor_dir
+from generators.tensorfile import resolve_tensor_dir
 
 RANK_DIR = re.compile(r"^rank(0|[1-9][0-9]*)?$")
 PROC_DIR = re.compile(r"^proc[0-9]+$")

@@ -57,7 +57,7 @@ def check_real_data(selected: Sequence[Selected], dump_json: str) -> list:
     Raises:
         GenerateError: a call without tensor files (a statistics dump) or a missing file; suggests --random.
     """
-    from generators.paths import PathRefused, safe_join
+    from generators.tensorfile import PathRefused, safe_join
     from generators.recorded import recorded_files
     needed: dict = {}
     for sel in selected:
