@@ -1,13 +1,17 @@
-"""The dump format: entry names, entry body keys, data file names, CSV row names, dump.json layout, JSON style.
+"""The text msprobe's files hold: the dump format (entry names, entry body keys, data file names, CSV row names,
+dump.json layout, JSON style) and the cell text of its CSV files.
 
 This module is the single definition of msprobe's dump layout. The PyTorch and MindSpore dumpers
-write with it and the reader in :mod:`generators` parses with it. It imports only the standard library
-(and :mod:`dumpers.json_render`, the fast renderer of the same JSON style, and :mod:`dumpers.atomic`, the one
-atomic write its files go through).
+write with it and the reader in :mod:`generators` parses with it. The online-dispatch compare CSV (written by
+:mod:`dumpers.online_dispatch`) and the checker's CSVs (:mod:`pytest_msprobe.report`) write their cells with its
+cell functions (:func:`format_cell`, :func:`safe_text`; spec precision-standard.md section 6.3). It imports only
+the standard library (and :mod:`dumpers.json_render`, the fast renderer of the same JSON style, and
+:mod:`dumpers.atomic`, the one atomic write its files go through).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -217,3 +221,49 @@ def write_json_atomic(path: str, obj: Any, fsync: bool = True) -> None:
     killed process, only a power loss may lose the new content.
     """
     atomic.write_text(path, dumps_json_fast(obj), mode=FILE_MODE, fsync=fsync)
+
+
+# --- CSV cells -------------------------------------------------------------------------------------
+BLANK = " "   # msprobe's SPACE: an unused cell holds one ASCII space
+DEFAULT_PRECISION = 14
+FORMULA_LEAD = ("=", "+", "-", "@", "\t", "\r")   # first characters a spreadsheet reads as a formula
+
+
+def format_cell(value: Any, precision: int = DEFAULT_PRECISION) -> str:
+    """Format one metric cell the way msprobe writes it.
+
+    None -> blank (" "); bool -> "True"/"False"; int -> plain integer; Python float and float64 ->
+    fixed-point with ``precision`` decimals ("nan"/"inf" for non-finite); float32/float16 numpy scalars ->
+    their shortest ``str()`` (msprobe does not convert them); strings unchanged.
+    """
+    if value is None:
+        return BLANK
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    tname = type(value).__name__
+    if tname in ("float32", "float16"):
+        return str(value)
+    if tname in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
+        return str(int(value))
+    if tname == "bool_":
+        return str(bool(value))
+    x = float(value)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.{precision}f}"
+
+
+def safe_text(text: str) -> str:
+    """Neutralise spreadsheet formula injection in free-text cells taken from a dump (names, messages).
+
+    A cell that starts with =, +, -, @, tab or CR gets a leading apostrophe. Numbers are never passed here.
+    """
+    if text and text[0] in FORMULA_LEAD:
+        return "'" + text
+    return text
