@@ -17,7 +17,7 @@ from dumpers import format as fmt
 from generators import entries
 from generators.budget import default_max_bytes
 from generators.index_rules import index_bound
-from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate, info, to_tensor
+from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate, to_tensor
 from generators.tensorfile import TensorFileError, load_tensor_file
 
 # base API name -> dtype swaps applied before generating / after loading (precision spec 7.5)
@@ -56,6 +56,15 @@ def _target_dtype(case: Any, dtype: str) -> str:
     return DTYPE_SWAPS.get(_base(case.api), {}).get(dtype, dtype)
 
 
+def _call_dtype(case: Any, item: dict) -> str:
+    """The canonical dtype a tensor item has in the call (:data:`DTYPE_SWAPS` applied); GenerationError for a
+    dtype no tensor can be made in (the rule of :meth:`TensorSpec.dtype_of`, from the dtype facts alone)."""
+    dtype = fmt.canonical_dtype(item.get("dtype"))
+    if dtype is None or fmt.dtype_facts(dtype) is None:
+        raise GenerationError(f"dtype {item.get('dtype')!r} cannot be generated")
+    return _target_dtype(case, dtype)
+
+
 def _tensor_items(case: Any) -> list:
     """(label, item) of every tensor the inputs need: args, kwargs, then the output gradient."""
     forward = case.forward or {}
@@ -82,7 +91,7 @@ def required_bytes(case: Any) -> tuple:
     elements = total = 0
     for _, item in _tensor_items(case):
         n = entries.element_count(item.get("shape") or [])
-        dt = info(_target_dtype(case, TensorSpec.dtype_of(item)))
+        dt = fmt.dtype_facts(_call_dtype(case, item))
         elements += n
         total += n * (dt.itemsize if dt else 8)
     return elements, total
@@ -118,7 +127,7 @@ def _hf32(tensor: Any) -> Any:
 def _postprocess(case: Any, item: dict, tensor: Any) -> Any:
     import torch
 
-    target = _target_dtype(case, TensorSpec.dtype_of(item))
+    target = _call_dtype(case, item)
     if str(tensor.dtype) != f"torch.{target}":
         tensor = tensor.to(getattr(torch, target))
     if _base(case.api) in HF32_APIS and tensor.dtype == torch.float32:

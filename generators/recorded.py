@@ -16,7 +16,6 @@ from typing import Any
 from dumpers import format as fmt
 from generators import entries
 from generators.budget import default_max_bytes
-from generators.random_data import info
 from generators.tensorfile import TensorFileError, load_tensor_file
 
 FORWARD = "forward"
@@ -135,7 +134,7 @@ def required_bytes(case: Any, directions: tuple = DIRECTIONS) -> int:
     total = 0
     for direction, _, item in recorded_items(case):
         if direction in directions and entries.tensor_file_name(item) is not None:
-            dt = info(fmt.canonical_dtype(item.get("dtype")) or "")
+            dt = fmt.dtype_facts(fmt.canonical_dtype(item.get("dtype")) or "")
             total += entries.element_count(item.get("shape") or []) * (dt.itemsize if dt else 8)
     return total
 

@@ -21,7 +21,7 @@ from hypothesis.errors import InvalidArgument
 
 from dumpers import format as fmt
 from generators import entries
-from generators.random_data import DTYPES, GenerationError, GenParams, IndexBound, TensorSpec, generate, to_tensor
+from generators.random_data import GenerationError, GenParams, IndexBound, TensorSpec, generate, to_tensor
 
 MAX_SEED = 2 ** 32 - 1
 
@@ -63,9 +63,9 @@ def _check_shape(shape: Any) -> tuple:
 
 
 def _canonical(dtype: Any) -> str:
-    name = dtype if dtype in DTYPES else fmt.canonical_dtype(dtype)
-    if name is None or name not in DTYPES:
-        raise InvalidArgument(f"dtype={dtype!r} is not supported; pass one of {', '.join(sorted(DTYPES))} "
+    name = dtype if dtype in fmt.DTYPE_FACTS else fmt.canonical_dtype(dtype)
+    if name is None or name not in fmt.DTYPE_FACTS:
+        raise InvalidArgument(f"dtype={dtype!r} is not supported; pass one of {', '.join(sorted(fmt.DTYPE_FACTS))} "
                               "or a dumped dtype string such as 'torch.float16'")
     return name
 
@@ -137,7 +137,7 @@ def index_arrays(*, shape: Any, size: int, dtype: Any = "int64", min_value: int 
     ``negative``), within [min_value, max_value] where that overlaps. ``ignore_index`` (e.g. -100 for
     cross_entropy) is kept at element 0 when ``min_value`` equals it, so class-id targets stay meaningful."""
     name = _canonical(dtype)
-    if DTYPES[name].kind != "int":
+    if fmt.DTYPE_FACTS[name].kind != "int":
         raise InvalidArgument(f"dtype={dtype!r} must be an integer dtype for indices, e.g. 'int64'")
     shape = _check_shape(shape)
     if not entries.is_int(size) or size <= 0:
