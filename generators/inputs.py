@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from dumpers import format as fmt
-from generators import entries
+from generators import dumpjson
 from generators.budget import default_max_bytes
 from generators.index_rules import index_bound
 from generators.random_data import GenerationError, GenParams, TensorSpec, describe, generate, to_tensor
@@ -68,8 +68,8 @@ def _call_dtype(case: Any, item: dict) -> str:
 def _tensor_items(case: Any) -> list:
     """(label, item) of every tensor the inputs need: args, kwargs, then the output gradient."""
     forward = case.forward or {}
-    found = [(_label("args", p), item) for p, item in entries.iter_tensor_items(forward.get(fmt.INPUT_ARGS))]
-    found += [(_label("kwargs", p), item) for p, item in entries.iter_tensor_items(forward.get(fmt.INPUT_KWARGS))]
+    found = [(_label("args", p), item) for p, item in dumpjson.iter_tensor_items(forward.get(fmt.INPUT_ARGS))]
+    found += [(_label("kwargs", p), item) for p, item in dumpjson.iter_tensor_items(forward.get(fmt.INPUT_KWARGS))]
     grad = _grad_item(case)
     if grad is not None:
         found.append(("grad_output", grad))
@@ -83,14 +83,14 @@ def _label(part: str, path: tuple) -> str:
 
 def _grad_item(case: Any) -> dict | None:
     grads = (case.backward or {}).get(fmt.INPUT) or []
-    return grads[0] if grads and entries.is_tensor_item(grads[0]) else None
+    return grads[0] if grads and dumpjson.is_tensor_item(grads[0]) else None
 
 
 def required_bytes(case: Any) -> tuple:
     """(elements, bytes) the case's input tensors need, computed from the dump alone."""
     elements = total = 0
     for _, item in _tensor_items(case):
-        n = entries.element_count(item.get("shape") or [])
+        n = dumpjson.element_count(item.get("shape") or [])
         dt = fmt.dtype_facts(_call_dtype(case, item))
         elements += n
         total += n * (dt.itemsize if dt else 8)
@@ -213,15 +213,15 @@ def build_inputs(case: Any, *, random: bool = False, seed: int = 0, max_bytes: i
 
     def decoded(raw: Any, part: str, path: tuple = ()) -> Any:
         made = make(part)
-        tensors = {p: made(p, item) for p, item in entries.iter_tensor_items(raw, path)}
-        return entries.decode_value(raw, tensors, path)
+        tensors = {p: made(p, item) for p, item in dumpjson.iter_tensor_items(raw, path)}
+        return dumpjson.decode_value(raw, tensors, path)
 
     forward = case.forward or {}
     try:
         args = decoded(forward.get(fmt.INPUT_ARGS) or [], "args")
         kwargs_raw = forward.get(fmt.INPUT_KWARGS) or {}
         kwargs = {k: decoded(v, "kwargs", (k,)) for k, v in kwargs_raw.items() if k not in DROPPED_KWARGS}
-    except entries.ValueDecodeError as exc:
+    except dumpjson.ValueDecodeError as exc:
         raise InputError(f"{case.name}: {exc}") from None
     grad_output = None
     grad = _grad_item(case)

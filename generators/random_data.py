@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from dumpers import format as fmt
-from generators import entries
+from generators import dumpjson
 
 CORRECTION_ROUNDS_SMALL = 100  # fixed-point rounds fitting the clipped normal (stops once converged)
 SMALL_TENSOR = 1 << 16         # up to this size the fit runs on the tensor itself
@@ -67,7 +67,7 @@ class TensorSpec:
 
     @property
     def numel(self) -> int:
-        return entries.element_count(list(self.shape))
+        return dumpjson.element_count(list(self.shape))
 
     @property
     def nbytes(self) -> int:
@@ -99,7 +99,7 @@ class IndexBound:
 
 
 def _num(x: Any) -> float | None:
-    return float(x) if entries.is_number(x) else None
+    return float(x) if dumpjson.is_number(x) else None
 
 
 def finite_bounds(spec: TensorSpec, dt: fmt.DtypeInfo) -> tuple:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dumpers import format as fmt
-from generators.entries import tensor_file_name
+from generators.dumpjson import tensor_file_name
 
 PICKLE_LIMIT = 1 << 20          # a tensor's data.pkl is a few hundred bytes; more is not a plain tensor file
 LEGACY_HEAD = 1 << 12           # what is read first of a legacy file: its records, and the start of its data

@@ -89,7 +89,7 @@ class DumpFile(RunHooks, pytest.Collector):
             cases = sess.cases_of(str(self.path))
         except Exception as exc:  # noqa: BLE001 - DumpError and anything a broken file raises
             raise self.CollectError(f"cannot read dump {self.path}: {exc}") from None
-        from generators.jsonsafe import paused_gc
+        from generators.dumpjson import paused_gc
         with paused_gc():           # a large dump makes many items and no garbage
             for index, case in enumerate(cases):
                 yield ApiItem.from_parent(self, name=case.name, case=case, index=index,

@@ -29,7 +29,7 @@ def usage(prefix: str, fn: Callable[[], Any], errors: tuple = (ValueError, OSErr
 
 def configure(config: Any) -> None:
     """Build the run's objects (nothing without ``--msprobe-api-info``)."""
-    from generators.jsonsafe import paused_gc
+    from generators.dumpjson import paused_gc
     from generators.loader import find_dump_files
 
     from .brief import WorkerBrief

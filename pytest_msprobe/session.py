@@ -125,7 +125,7 @@ class CheckSession:
         (:func:`.select.call_cost`): worked out once on the controller of a run with xdist workers, which
         then order their calls by it without parsing the entries of calls they do not run. The entries parsed
         here are not kept: this process runs none of the calls."""
-        from generators.jsonsafe import paused_gc
+        from generators.dumpjson import paused_gc
 
         from .select import call_cost
         with paused_gc():
@@ -139,7 +139,7 @@ class CheckSession:
         import importlib
         import sys
 
-        from generators.jsonsafe import paused_gc
+        from generators.dumpjson import paused_gc
         with paused_gc():
             for name in self.call_modules():
                 if name not in sys.modules:

@@ -36,7 +36,7 @@ def to_ms(obj: Any) -> Any:
     MindSpore dtypes -> the dtype; containers walked; anything else as is."""
     import torch
 
-    from generators.entries import MindSporeDtype
+    from generators.dumpjson import MindSporeDtype
     ms = mindspore()
 
     def leaf(x: Any) -> Any:
