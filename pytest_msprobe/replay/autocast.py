@@ -104,7 +104,7 @@ def from_entry(forward: Any) -> AutocastState | None:
 def _dtype_names(values: Any) -> list:
     import torch
 
-    from .sides import leaves
+    from .result import leaves
     return [str(x.dtype).replace("torch.", "") for x in leaves(values)
             if isinstance(x, torch.Tensor) and x.is_floating_point()]
 
@@ -172,7 +172,7 @@ def cast_target(state: AutocastState, api: str, args: list, kwargs: dict) -> Any
 def after_cast(state: AutocastState, api: str, args: list, kwargs: dict) -> tuple:
     """(args, kwargs) as the device saw them after autocast's cast: float16/bfloat16/float32 tensors in the
     target dtype (float64 ones and everything else as they are); the caller's tensors are not changed."""
-    from .sides import cast_leaves
+    from .result import cast_leaves
     target = cast_target(state, api, args, kwargs)
     if target is None:
         return args, kwargs

@@ -16,20 +16,26 @@ from typing import Any
 
 from ..precision.verdict import WARNING, is_skip
 from .result import (
+    BENCH,
+    DEVICE,
     RANDOM_DATA,
     REAL_DATA,
+    Call,
     CaseResult,
     RunOptions,
+    Side,
     backward_messages,
     case_name,
+    copy_leaves,
     data_mode,
     error_result,
     exc_text,
+    item_seed,
     judge,
+    raise_target,
     skip_result,
 )
 from . import autocast
-from .sides import BENCH, DEVICE, Call, Side, copy_leaves, item_seed, raise_target
 
 
 def run_side(adapter: Any, call: Call, role: str, raise_to: Any, backend: Any, index: int,

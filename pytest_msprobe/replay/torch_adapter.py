@@ -5,8 +5,7 @@ from typing import Any
 
 from dumpers import format as fmt
 
-from .sides import BENCH, Side, copy_tensor, cpu_leaves, first_grad, raise_target
-from .result import MULTI_BACKWARD_MESSAGE
+from .result import BENCH, MULTI_BACKWARD_MESSAGE, Side, copy_tensor, cpu_leaves, first_grad, raise_target
 
 FRAMEWORK = "pytorch"
 
