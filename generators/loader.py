@@ -16,7 +16,7 @@ from typing import Any
 
 from dumpers import format as fmt
 from generators import dumpjson
-from generators.apis import UnknownApiError, prefix_problem, resolve_api
+from generators.inputs import UnknownApiError, prefix_problem, resolve_api
 from generators.ms_apis import check_ms_api, ms_prefix_problem
 from generators.tensorfile import resolve_tensor_dir
 

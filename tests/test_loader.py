@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dumpers import format as fmt
-from generators.apis import UnknownApiError, resolve_api
+from generators.inputs import UnknownApiError, resolve_api
 from generators.loader import DumpError, find_dump_files, load_dump
 
 

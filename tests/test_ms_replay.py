@@ -17,7 +17,7 @@ import torch  # noqa: F401 - imported before pytester snapshots sys.modules: tor
 import generators.inputs  # noqa: F401 - the same, and keeps in-process runs fast
 import pytest_msprobe.precision.compare  # noqa: F401
 from dumpers import format as fmt
-from generators.apis import UnknownApiError
+from generators.inputs import UnknownApiError
 from generators.loader import load_dump
 from generators.ms_apis import check_ms_api, ms_prefix_problem
 

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from generators.apis import resolve_api
-from generators.inputs import InputError, build_inputs
+from generators.inputs import InputError, build_inputs, resolve_api
 from generators.loader import load_dump
 from generators.tensorfile import TensorFileError, load_tensor_file
 

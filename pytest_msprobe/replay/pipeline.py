@@ -199,7 +199,6 @@ def _warm_up() -> None:
     the first timed call is not charged for them."""
     import torch  # noqa: F401
 
-    import generators.apis  # noqa: F401
     import generators.inputs  # noqa: F401
     from dumpers import metrics_engine
 

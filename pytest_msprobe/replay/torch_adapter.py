@@ -82,7 +82,7 @@ class TorchAdapter:
         return backend, index, None
 
     def resolve(self, case: Any) -> Any:
-        from generators.apis import resolve_api
+        from generators.inputs import resolve_api
         return resolve_api(case.prefix, case.api)
 
     def to_framework(self, obj: Any) -> Any:
