@@ -8,7 +8,7 @@ with each scheduling on offer:
 
 * ``--dist load`` and ``--dist worksteal`` of xdist,
 * each with the calls in dump order and xdist's own scheduler; with the largest inputs first (what the plugin
-  does on every xdist worker, :func:`pytest_msprobe.select.by_size`) and xdist's own scheduler, which sends each
+  does on every xdist worker, :func:`pytest_msprobe.api_items.by_size`) and xdist's own scheduler, which sends each
   worker a run of consecutive calls ("runs"); and, under ``load``, largest first with the plugin's scheduler,
   whose first distribution deals the calls out one per worker in turn ("dealt", :mod:`pytest_msprobe.schedule`;
   ``worksteal`` is xdist's own). A small plugin, ``-p balanceplug --balance-order ... --balance-deal ...``,

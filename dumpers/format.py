@@ -1,13 +1,17 @@
-"""The dump format: entry names, entry body keys, data file names, CSV row names, dump.json layout, JSON style.
+"""The text msprobe's files hold: the dump format (entry names, entry body keys, data file names, CSV row names,
+dump.json layout, JSON style) and the cell text of its CSV files.
 
 This module is the single definition of msprobe's dump layout. The PyTorch and MindSpore dumpers
-write with it and the reader in :mod:`generators` parses with it. It imports only the standard library
-(and :mod:`dumpers.json_render`, the fast renderer of the same JSON style, and :mod:`dumpers.atomic`, the one
-atomic write its files go through).
+write with it and the reader in :mod:`generators` parses with it. The online-dispatch compare CSV (written by
+:mod:`dumpers.online_dispatch`) and the checker's CSVs (:mod:`pytest_msprobe.report`) write their cells with its
+cell functions (:func:`format_cell`, :func:`safe_text`; spec precision-standard.md section 6.3). It imports only
+the standard library (and :mod:`dumpers.json_render`, the fast renderer of the same JSON style, and
+:mod:`dumpers.atomic`, the one atomic write its files go through).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -204,6 +208,47 @@ def canonical_dtype(dtype_str: Any) -> Optional[str]:
     return TORCH_DTYPES.get(dtype_str) or MINDSPORE_DTYPES.get(dtype_str)
 
 
+# facts of each canonical dtype: numpy working type, item size, finite range, subnormals (what generating data
+# for a tensor item and sizing it need)
+@dataclass(frozen=True)
+class DtypeInfo:
+    """What making and sizing a tensor of one canonical dtype (:func:`canonical_dtype`) needs to know."""
+
+    name: str
+    kind: str            # "float" | "int" | "bool" | "complex"
+    itemsize: int        # bytes per element of the final tensor
+    numpy: str           # numpy dtype the values are generated in (bf16/fp8 go through float32)
+    lo: float            # most negative finite value
+    hi: float            # largest finite value
+    tiny_sub: float = 0.0   # smallest positive subnormal (floats)
+    tiny: float = 0.0       # smallest positive normal (floats)
+
+
+_F = "float"
+DTYPE_FACTS = {d.name: d for d in (
+    DtypeInfo("float64", _F, 8, "float64", -1.7976931348623157e308, 1.7976931348623157e308, 5e-324,
+              2.2250738585072014e-308),
+    DtypeInfo("float32", _F, 4, "float32", -3.4028234663852886e38, 3.4028234663852886e38, 2 ** -149, 2 ** -126),
+    DtypeInfo("float16", _F, 2, "float16", -65504.0, 65504.0, 2 ** -24, 2 ** -14),
+    DtypeInfo("bfloat16", _F, 2, "float32", -3.3895313892515355e38, 3.3895313892515355e38, 2 ** -133, 2 ** -126),
+    DtypeInfo("float8_e4m3fn", _F, 1, "float32", -448.0, 448.0, 2 ** -9, 2 ** -6),
+    DtypeInfo("float8_e5m2", _F, 1, "float32", -57344.0, 57344.0, 2 ** -16, 2 ** -14),
+    DtypeInfo("int64", "int", 8, "int64", -(2 ** 63), 2 ** 63 - 1),
+    DtypeInfo("int32", "int", 4, "int32", -(2 ** 31), 2 ** 31 - 1),
+    DtypeInfo("int16", "int", 2, "int16", -(2 ** 15), 2 ** 15 - 1),
+    DtypeInfo("int8", "int", 1, "int8", -128, 127),
+    DtypeInfo("uint8", "int", 1, "uint8", 0, 255),
+    DtypeInfo("bool", "bool", 1, "bool", 0, 1),
+    DtypeInfo("complex64", "complex", 8, "complex64", -3.4028234663852886e38, 3.4028234663852886e38),
+    DtypeInfo("complex128", "complex", 16, "complex128", -1.7976931348623157e308, 1.7976931348623157e308),
+)}
+
+
+def dtype_facts(name: str) -> Optional[DtypeInfo]:
+    """Facts about a canonical dtype name, or None for a dtype no tensor item can be made in."""
+    return DTYPE_FACTS.get(name)
+
+
 # --- JSON style ------------------------------------------------------------------------------------
 def dumps_json(obj: Any) -> str:
     """msprobe's JSON style: indent=1, ASCII-escaped, NaN/Infinity literals allowed."""
@@ -217,3 +262,49 @@ def write_json_atomic(path: str, obj: Any, fsync: bool = True) -> None:
     killed process, only a power loss may lose the new content.
     """
     atomic.write_text(path, dumps_json_fast(obj), mode=FILE_MODE, fsync=fsync)
+
+
+# --- CSV cells -------------------------------------------------------------------------------------
+BLANK = " "   # msprobe's SPACE: an unused cell holds one ASCII space
+DEFAULT_PRECISION = 14
+FORMULA_LEAD = ("=", "+", "-", "@", "\t", "\r")   # first characters a spreadsheet reads as a formula
+
+
+def format_cell(value: Any, precision: int = DEFAULT_PRECISION) -> str:
+    """Format one metric cell the way msprobe writes it.
+
+    None -> blank (" "); bool -> "True"/"False"; int -> plain integer; Python float and float64 ->
+    fixed-point with ``precision`` decimals ("nan"/"inf" for non-finite); float32/float16 numpy scalars ->
+    their shortest ``str()`` (msprobe does not convert them); strings unchanged.
+    """
+    if value is None:
+        return BLANK
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    tname = type(value).__name__
+    if tname in ("float32", "float16"):
+        return str(value)
+    if tname in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
+        return str(int(value))
+    if tname == "bool_":
+        return str(bool(value))
+    x = float(value)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.{precision}f}"
+
+
+def safe_text(text: str) -> str:
+    """Neutralise spreadsheet formula injection in free-text cells taken from a dump (names, messages).
+
+    A cell that starts with =, +, -, @, tab or CR gets a leading apostrophe. Numbers are never passed here.
+    """
+    if text and text[0] in FORMULA_LEAD:
+        return "'" + text
+    return text

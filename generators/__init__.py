@@ -17,8 +17,8 @@ _LAZY = {
     "build_inputs": "generators.inputs",
     "inputs_strategy": "generators.inputs",
     "required_bytes": "generators.inputs",
-    "resolve_api": "generators.apis",
-    "UnknownApiError": "generators.apis",
+    "resolve_api": "generators.inputs",
+    "UnknownApiError": "generators.inputs",
     "GenParams": "generators.random_data",
     "default_max_bytes": "generators.budget",
 }

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dumpers import format as fmt
-from generators import entries
+from generators import dumpjson
 from generators.random_data import IndexBound
 
 
@@ -67,7 +67,7 @@ def _arg(forward: dict, where: tuple) -> Any:
 
 
 def _int_value(obj: Any) -> int | None:
-    if isinstance(obj, dict) and entries.is_int(obj.get("value")):
+    if isinstance(obj, dict) and dumpjson.is_int(obj.get("value")):
         return obj["value"]
     return None
 
@@ -81,11 +81,11 @@ def index_bound(prefix: str, api: str, forward: dict, path: tuple) -> IndexBound
     if rule is None or len(path) != 1 or path[0] not in rule.index:
         return None
     source = _arg(forward, rule.source)
-    if not entries.is_tensor_item(source) or not isinstance(source.get("shape"), list):
+    if not dumpjson.is_tensor_item(source) or not isinstance(source.get("shape"), list):
         return None
     shape = source["shape"]
     if rule.dim == "numel":
-        size = entries.element_count(shape)
+        size = dumpjson.element_count(shape)
     elif rule.dim == "classes":
         size = shape[1] if len(shape) >= 2 else (shape[0] if shape else 0)
     elif isinstance(rule.dim, int):
@@ -99,7 +99,7 @@ def index_bound(prefix: str, api: str, forward: dict, path: tuple) -> IndexBound
         if not -len(shape) <= dim < len(shape):
             return None
         size = shape[dim]
-    if not entries.is_int(size) or size <= 0:
+    if not dumpjson.is_int(size) or size <= 0:
         return None
     ignore = None
     if rule.ignore is not None:

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dumpers import format as fmt
-from generators import entries, jsonsafe
-from generators.apis import UnknownApiError, prefix_problem, resolve_api
+from generators import dumpjson
+from generators.inputs import UnknownApiError, prefix_problem, resolve_api
 from generators.ms_apis import check_ms_api, ms_prefix_problem
-from generators.paths import resolve_tensor_dir
+from generators.tensorfile import resolve_tensor_dir
 
-DEFAULT_MAX_JSON_BYTES = jsonsafe.DEFAULT_MAX_JSON_BYTES
+DEFAULT_MAX_JSON_BYTES = dumpjson.DEFAULT_MAX_JSON_BYTES
 FRAMEWORKS = ("pytorch", "mindspore")
 SOURCE_SEPARATOR = "::"        # "step0/rank0::Functional.linear.0" when several dumps share names
 
@@ -88,7 +88,7 @@ class _Text:
         self.text, self.path = text, path
 
     def entry(self, span: tuple) -> Any:
-        return jsonsafe.loads_member(self.text, *span, what=self.path)
+        return dumpjson.loads_member(self.text, *span, what=self.path)
 
 
 class _LazyCase(ApiCase):
@@ -229,7 +229,7 @@ def _infer_framework(doc: dict, data: dict) -> str:
     for entry in data.values():
         if isinstance(entry, dict):
             for value in entry.values():
-                for _, item in entries.iter_tensor_items(value):
+                for _, item in dumpjson.iter_tensor_items(value):
                     return "mindspore" if item.get("type") == fmt.MINDSPORE_TENSOR_TYPE else "pytorch"
     return "pytorch"
 
@@ -255,10 +255,10 @@ class _Call:
 
 def _tensor_items_of(forward: dict, backward: dict | None) -> list:
     items = [item for part in (fmt.INPUT_ARGS, fmt.INPUT_KWARGS)
-             for _, item in entries.iter_tensor_items(forward.get(part))]
+             for _, item in dumpjson.iter_tensor_items(forward.get(part))]
     if backward:
         grads = backward.get(fmt.INPUT) or []
-        if grads and entries.is_tensor_item(grads[0]):
+        if grads and dumpjson.is_tensor_item(grads[0]):
             items.append(grads[0])
     return items
 
@@ -286,9 +286,9 @@ def _finish(call: _Call, framework: str, dump_json: str, tensor_dir: str | None,
         problem = (f"{call.name}.backward has no forward entry {call.name}.forward in the dump "
                    "(filtered by data_mode or list?): the call cannot be replayed without its inputs")
     if problem is None:
-        problem = entries.check_forward(call.forward, f"{call.name}.forward")
+        problem = dumpjson.check_forward(call.forward, f"{call.name}.forward")
     if problem is None and call.has_backward:
-        problem = entries.check_backward(call.backward, f"{call.name}.backward")
+        problem = dumpjson.check_backward(call.backward, f"{call.name}.backward")
     if problem is None:
         problem = _api_problem(call, framework)
     forward = call.forward if isinstance(call.forward, dict) else None
@@ -296,7 +296,7 @@ def _finish(call: _Call, framework: str, dump_json: str, tensor_dir: str | None,
     has_files = False
     if problem is None and forward is not None:
         items = _tensor_items_of(forward, backward)
-        has_files = bool(items) and all(entries.tensor_file_name(item) is not None for item in items)
+        has_files = bool(items) and all(dumpjson.tensor_file_name(item) is not None for item in items)
     return ApiCase(name=call.name, prefix=call.prefix, api=call.api, index=call.index, forward=forward,
                    backward=backward, framework=framework, dump_json=dump_json, tensor_dir=tensor_dir,
                    problem=problem, has_tensor_files=has_files,
@@ -318,16 +318,16 @@ def load_dump_file(path: str, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -
 
 def _load_dump_file(path: str, max_json_bytes: int) -> tuple:
     try:
-        text = jsonsafe.read_text(path, max_bytes=max_json_bytes)
-    except jsonsafe.JSONFileError as exc:
+        text = dumpjson.read_text(path, max_bytes=max_json_bytes)
+    except dumpjson.JSONFileError as exc:
         raise DumpError(str(exc)) from None
-    with jsonsafe.paused_gc():
+    with dumpjson.paused_gc():
         lean = _load_lean(path, text)
     if lean is not None:
         return lean
     try:
-        doc = jsonsafe.loads(text, what=path)
-    except jsonsafe.JSONFileError as exc:
+        doc = dumpjson.loads(text, what=path)
+    except dumpjson.JSONFileError as exc:
         raise DumpError(str(exc)) from None
     del text
     if not isinstance(doc, dict):
@@ -343,7 +343,7 @@ def _load_dump_file(path: str, max_json_bytes: int) -> tuple:
                         f"{type(data).__name__}; this is not a dump.json (or it is damaged)")
     framework = _infer_framework(doc, data)
     tensor_dir, dir_problem = resolve_tensor_dir(path, doc.get("dump_data_dir"))
-    pairs = data.pairs if isinstance(data, jsonsafe.DuplicateKeyDict) else list(data.items())
+    pairs = data.pairs if isinstance(data, dumpjson.DuplicateKeyDict) else list(data.items())
     calls, excluded = _group_calls(path, pairs, set(getattr(data, "duplicates", ())))
     cases = [_finish(call, framework, path, tensor_dir, dir_problem) for call in calls]
     return cases, excluded
@@ -352,14 +352,14 @@ def _load_dump_file(path: str, max_json_bytes: int) -> tuple:
 def _load_lean(path: str, text: str) -> tuple | None:
     """:func:`load_dump_file` for a plain dump (valid JSON, no repeated key at the top or in ``data``): the
     cases keep where their entries lie in ``text``; None for any other text."""
-    scanned = jsonsafe.scan_object(text, jsonsafe.skip_space(text, 0), inner="data")
-    if scanned is None or not jsonsafe.at_end(text, scanned[1]) or scanned[2] is None:
+    scanned = dumpjson.scan_object(text, dumpjson.skip_space(text, 0), inner="data")
+    if scanned is None or not dumpjson.at_end(text, scanned[1]) or scanned[2] is None:
         return None
     members, _, data = scanned
     keys = [key for key, _, _ in members]
     if len(set(keys)) != len(keys) or len({key for key, _, _ in data}) != len(data):
         return None
-    top = {key: jsonsafe.loads(text[start:end]) for key, start, end in members if key != "data"}
+    top = {key: dumpjson.loads(text[start:end]) for key, start, end in members if key != "data"}
     declared = top.get("framework")
     framework = declared if declared in FRAMEWORKS else _first_framework(text, data)
     tensor_dir, dir_problem = resolve_tensor_dir(path, top.get("dump_data_dir"))
@@ -373,10 +373,10 @@ def _first_framework(text: str, data: list) -> str:
     """The framework of the first tensor item in the entries of ``data`` (spans of ``text``), as
     :func:`_infer_framework` finds it in a parsed dump."""
     for _, start, end in data:
-        entry = jsonsafe.loads_member(text, start, end)
+        entry = dumpjson.loads_member(text, start, end)
         if isinstance(entry, dict):
             for value in entry.values():
-                for _, item in entries.iter_tensor_items(value):
+                for _, item in dumpjson.iter_tensor_items(value):
                     return "mindspore" if item.get("type") == fmt.MINDSPORE_TENSOR_TYPE else "pytorch"
     return "pytorch"
 

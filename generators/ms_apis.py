@@ -11,7 +11,7 @@ import importlib
 from typing import Callable
 
 from dumpers.mindspore_dump.api_table import MINT, MINT_FUNCTIONAL, OPS, TENSOR
-from generators.apis import UnknownApiError
+from generators.inputs import UnknownApiError
 
 # prefix -> (namespace the callables live in, the names the dumper wraps there)
 MS_NAMESPACES = {

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from dumpers import format as fmt
-from generators import entries
+from generators import dumpjson
 
 CORRECTION_ROUNDS_SMALL = 100  # fixed-point rounds fitting the clipped normal (stops once converged)
 SMALL_TENSOR = 1 << 16         # up to this size the fit runs on the tensor itself
@@ -31,46 +31,6 @@ PROBE_SIZE = 1 << 14           # larger tensors: the fit runs on a sample, then 
 CORRECTION_TOL = 1e-6          # relative tolerance on mean and standard deviation
 DESCRIBE_CHUNK = 1 << 20       # norms are summed in float64 chunk by chunk
 DEFAULT_RANGE = (-1.0, 1.0)    # used when a float tensor has no finite statistics at all
-
-
-# per-dtype facts used when generating data: numpy working type, item size, finite range, subnormals
-@dataclass(frozen=True)
-class DtypeInfo:
-    """What generation needs to know about one canonical dtype (see ``dumpers.format.canonical_dtype``)."""
-
-    name: str
-    kind: str            # "float" | "int" | "bool" | "complex"
-    itemsize: int        # bytes per element of the final tensor
-    numpy: str           # numpy dtype the values are generated in (bf16/fp8 go through float32)
-    lo: float            # most negative finite value
-    hi: float            # largest finite value
-    tiny_sub: float = 0.0   # smallest positive subnormal (floats)
-    tiny: float = 0.0       # smallest positive normal (floats)
-
-
-_F = "float"
-DTYPES = {d.name: d for d in (
-    DtypeInfo("float64", _F, 8, "float64", -1.7976931348623157e308, 1.7976931348623157e308, 5e-324,
-              2.2250738585072014e-308),
-    DtypeInfo("float32", _F, 4, "float32", -3.4028234663852886e38, 3.4028234663852886e38, 2 ** -149, 2 ** -126),
-    DtypeInfo("float16", _F, 2, "float16", -65504.0, 65504.0, 2 ** -24, 2 ** -14),
-    DtypeInfo("bfloat16", _F, 2, "float32", -3.3895313892515355e38, 3.3895313892515355e38, 2 ** -133, 2 ** -126),
-    DtypeInfo("float8_e4m3fn", _F, 1, "float32", -448.0, 448.0, 2 ** -9, 2 ** -6),
-    DtypeInfo("float8_e5m2", _F, 1, "float32", -57344.0, 57344.0, 2 ** -16, 2 ** -14),
-    DtypeInfo("int64", "int", 8, "int64", -(2 ** 63), 2 ** 63 - 1),
-    DtypeInfo("int32", "int", 4, "int32", -(2 ** 31), 2 ** 31 - 1),
-    DtypeInfo("int16", "int", 2, "int16", -(2 ** 15), 2 ** 15 - 1),
-    DtypeInfo("int8", "int", 1, "int8", -128, 127),
-    DtypeInfo("uint8", "int", 1, "uint8", 0, 255),
-    DtypeInfo("bool", "bool", 1, "bool", 0, 1),
-    DtypeInfo("complex64", "complex", 8, "complex64", -3.4028234663852886e38, 3.4028234663852886e38),
-    DtypeInfo("complex128", "complex", 16, "complex128", -1.7976931348623157e308, 1.7976931348623157e308),
-)}
-
-
-def info(name: str) -> DtypeInfo | None:
-    """Facts about a canonical dtype name, or None when generation does not support it."""
-    return DTYPES.get(name)
 
 
 class GenerationError(ValueError):
@@ -94,7 +54,7 @@ class TensorSpec:
     def dtype_of(item: dict) -> str:
         """The canonical dtype of a tensor item; GenerationError for one that cannot be generated."""
         dtype = fmt.canonical_dtype(item.get("dtype"))
-        if dtype is None or info(dtype) is None:
+        if dtype is None or fmt.dtype_facts(dtype) is None:
             raise GenerationError(f"dtype {item.get('dtype')!r} cannot be generated")
         return dtype
 
@@ -107,11 +67,11 @@ class TensorSpec:
 
     @property
     def numel(self) -> int:
-        return entries.element_count(list(self.shape))
+        return dumpjson.element_count(list(self.shape))
 
     @property
     def nbytes(self) -> int:
-        return self.numel * info(self.dtype).itemsize
+        return self.numel * fmt.dtype_facts(self.dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -139,10 +99,10 @@ class IndexBound:
 
 
 def _num(x: Any) -> float | None:
-    return float(x) if entries.is_number(x) else None
+    return float(x) if dumpjson.is_number(x) else None
 
 
-def finite_bounds(spec: TensorSpec, dt: DtypeInfo) -> tuple:
+def finite_bounds(spec: TensorSpec, dt: fmt.DtypeInfo) -> tuple:
     """The finite [lo, hi] the values are drawn from (26.2 handling of inf/NaN statistics)."""
     lo, hi = _num(spec.min), _num(spec.max)
     if lo is None or not math.isfinite(lo):
@@ -231,7 +191,7 @@ def _shrink(x: np.ndarray, lo: float, hi: float, magnitude: float) -> np.ndarray
     return x
 
 
-def edge_candidates(dt: DtypeInfo, lo: float, hi: float) -> list:
+def edge_candidates(dt: fmt.DtypeInfo, lo: float, hi: float) -> list:
     """Edge values of the dtype that lie within [lo, hi]: signed zeros, subnormals, neighbours of the
     extremes and of the dtype's max, exact ties (.5 values, repeats of the extremes)."""
     cands = [0.0, -0.0, dt.tiny_sub, -dt.tiny_sub, dt.tiny - dt.tiny_sub, dt.tiny, -dt.tiny, 0.5, -0.5, 1.5,
@@ -254,7 +214,7 @@ def _apply_edges(rng: np.random.Generator, x: np.ndarray, cands: list) -> None:
     x[pos] = values
 
 
-def _fill_float(rng, spec: TensorSpec, dt: DtypeInfo, params: GenParams) -> np.ndarray:
+def _fill_float(rng, spec: TensorSpec, dt: fmt.DtypeInfo, params: GenParams) -> np.ndarray:
     n = spec.numel
     work = np.dtype(np.float64 if dt.numpy == "float64" else np.float32)
     out = np.empty(n, dtype=np.dtype(dt.numpy))
@@ -282,7 +242,7 @@ def _fill_float(rng, spec: TensorSpec, dt: DtypeInfo, params: GenParams) -> np.n
     return out.reshape(spec.shape)
 
 
-def _int_bounds(spec: TensorSpec, dt: DtypeInfo) -> tuple:
+def _int_bounds(spec: TensorSpec, dt: fmt.DtypeInfo) -> tuple:
     lo, hi = _num(spec.min), _num(spec.max)
     lo = math.ceil(lo) if lo is not None and math.isfinite(lo) else None
     hi = math.floor(hi) if hi is not None and math.isfinite(hi) else None
@@ -297,7 +257,7 @@ def _int_bounds(spec: TensorSpec, dt: DtypeInfo) -> tuple:
     return int(min(max(lo, dt.lo), dt.hi)), int(min(max(hi, dt.lo), dt.hi))
 
 
-def _fill_int(rng, spec: TensorSpec, dt: DtypeInfo, params: GenParams,
+def _fill_int(rng, spec: TensorSpec, dt: fmt.DtypeInfo, params: GenParams,
               index: IndexBound | None) -> np.ndarray:
     n = spec.numel
     out = np.empty(n, dtype=np.dtype(dt.numpy))
@@ -348,8 +308,8 @@ def _fill_bool(rng, spec: TensorSpec, params: GenParams) -> np.ndarray:
     return out.reshape(spec.shape)
 
 
-def _fill_complex(rng, spec: TensorSpec, dt: DtypeInfo, params: GenParams) -> np.ndarray:
-    real_dt = info("float64" if dt.name == "complex128" else "float32")
+def _fill_complex(rng, spec: TensorSpec, dt: fmt.DtypeInfo, params: GenParams) -> np.ndarray:
+    real_dt = fmt.dtype_facts("float64" if dt.name == "complex128" else "float32")
     absval = _fill_float(rng, TensorSpec(real_dt.name, spec.shape, spec.min, spec.max, spec.mean, None,
                                          spec.min_finite, spec.max_finite), real_dt, params)
     phase = rng.random(absval.shape) * (2 * np.pi)
@@ -363,7 +323,7 @@ def generate(spec: TensorSpec, rng: np.random.Generator, params: GenParams = Gen
     Raises:
         GenerationError: the dtype cannot be generated.
     """
-    dt = info(spec.dtype)
+    dt = fmt.dtype_facts(spec.dtype)
     if dt is None:
         raise GenerationError(f"dtype {spec.dtype!r} cannot be generated")
     if dt.kind == "bool":

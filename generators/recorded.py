@@ -3,7 +3,7 @@
 A tensor dump holds, beside the inputs, what the training run produced: ``{call}.forward.output.N`` files and,
 in the backward entry's ``output`` list, the gradients of the call's inputs (``{call}.backward.output.N``).
 They are untrusted input like every other tensor file and load through
-:func:`generators.real_data.load_tensor_file` (confined to the dump's tensor directory, no pickles, shape and
+:func:`generators.tensorfile.load_tensor_file` (confined to the dump's tensor directory, no pickles, shape and
 dtype checked against dump.json) under the same kind of byte budget as the inputs, checked from the dump's shapes
 before any file is read. A file that is missing or refused does not stop the others: its place holds a
 :class:`NotRecorded` with the reason, which becomes that output's SKIP reason.
@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dumpers import format as fmt
-from generators import entries
+from generators import dumpjson
 from generators.budget import default_max_bytes
-from generators.random_data import info
-from generators.real_data import TensorFileError, load_tensor_file
+from generators.tensorfile import TensorFileError, load_tensor_file
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -81,7 +80,7 @@ def not_recorded_reason(value: Any, depth: int = 0) -> str | None:
     """The first reason found in ``value`` (a recorded element, possibly nested), or None when it is whole."""
     if isinstance(value, NotRecorded):
         return value.reason
-    if depth < entries.MAX_DEPTH:
+    if depth < dumpjson.MAX_DEPTH:
         subs = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
         for sub in subs:
             reason = not_recorded_reason(sub, depth + 1)
@@ -99,14 +98,14 @@ def recorded_items(case: Any) -> list:
     """(direction, top-level index, item) of every tensor item the case's entries record as outputs."""
     found = []
     for direction, entry in ((FORWARD, case.forward), (BACKWARD, case.backward)):
-        for path, item in entries.iter_tensor_items(_output_list(entry)):
+        for path, item in dumpjson.iter_tensor_items(_output_list(entry)):
             found.append((direction, path[0], item))
     return found
 
 
 def has_recorded_files(case: Any) -> bool:
     """Whether the case's forward entry names a tensor file for at least one output (a tensor dump)."""
-    return any(direction == FORWARD and entries.tensor_file_name(item) is not None
+    return any(direction == FORWARD and dumpjson.tensor_file_name(item) is not None
                for direction, _, item in recorded_items(case))
 
 
@@ -134,9 +133,9 @@ def required_bytes(case: Any, directions: tuple = DIRECTIONS) -> int:
     """Bytes the case's recorded output files hold, computed from the dump's shapes and dtypes alone."""
     total = 0
     for direction, _, item in recorded_items(case):
-        if direction in directions and entries.tensor_file_name(item) is not None:
-            dt = info(fmt.canonical_dtype(item.get("dtype")) or "")
-            total += entries.element_count(item.get("shape") or []) * (dt.itemsize if dt else 8)
+        if direction in directions and dumpjson.tensor_file_name(item) is not None:
+            dt = fmt.dtype_facts(fmt.canonical_dtype(item.get("dtype")) or "")
+            total += dumpjson.element_count(item.get("shape") or []) * (dt.itemsize if dt else 8)
     return total
 
 
@@ -167,7 +166,7 @@ def load_recorded(case: Any, *, max_bytes: int | None = None, directions: tuple 
     def make(direction: str):
         def _make(path: tuple, item: dict) -> Any:
             where = f"{case.name}.{row_suffix(direction, path[0])}"
-            if entries.tensor_file_name(item) is None:
+            if dumpjson.tensor_file_name(item) is None:
                 return NotRecorded(f"{where} was recorded as statistics only (no tensor file); dump with task "
                                    "'tensor' to judge it")
             try:
@@ -184,9 +183,9 @@ def load_recorded(case: Any, *, max_bytes: int | None = None, directions: tuple 
         try:
             raw = _output_list(entry)
             made = make(direction)
-            tensors = {path: made(path, item) for path, item in entries.iter_tensor_items(raw)}
-            values = entries.decode_value(raw, tensors)
-        except entries.ValueDecodeError as exc:
+            tensors = {path: made(path, item) for path, item in dumpjson.iter_tensor_items(raw)}
+            values = dumpjson.decode_value(raw, tensors)
+        except dumpjson.ValueDecodeError as exc:
             raise RecordedError(f"{case.name}.{direction} output: {exc}") from None
         if direction == FORWARD:
             out.forward = values
@@ -238,12 +237,12 @@ def recorded_files(case: Any) -> list:
     """
     import os
 
-    from generators.paths import PathRefused, safe_join
+    from generators.tensorfile import PathRefused, safe_join
     if case.tensor_dir is None:
         return []
     found = []
     for _, _, item in recorded_items(case):
-        name = entries.tensor_file_name(item)
+        name = dumpjson.tensor_file_name(item)
         if name is None:
             continue
         try:

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from dumpers import format as fmt
-from generators import entries
-from generators.random_data import DTYPES, GenerationError, GenParams, IndexBound, TensorSpec, generate, to_tensor
+from generators import dumpjson
+from generators.random_data import GenerationError, GenParams, IndexBound, TensorSpec, generate, to_tensor
 
 MAX_SEED = 2 ** 32 - 1
 
@@ -57,15 +57,15 @@ def _check_number(name: str, value: Any, *, allow_non_finite: bool = True) -> No
 def _check_shape(shape: Any) -> tuple:
     if isinstance(shape, int) and not isinstance(shape, bool):
         shape = (shape,)
-    if not isinstance(shape, Sequence) or not all(entries.is_int(s) and s >= 0 for s in shape):
+    if not isinstance(shape, Sequence) or not all(dumpjson.is_int(s) and s >= 0 for s in shape):
         raise InvalidArgument(f"shape={shape!r} must be a tuple of non-negative integers, e.g. (8, 16) or ()")
     return tuple(shape)
 
 
 def _canonical(dtype: Any) -> str:
-    name = dtype if dtype in DTYPES else fmt.canonical_dtype(dtype)
-    if name is None or name not in DTYPES:
-        raise InvalidArgument(f"dtype={dtype!r} is not supported; pass one of {', '.join(sorted(DTYPES))} "
+    name = dtype if dtype in fmt.DTYPE_FACTS else fmt.canonical_dtype(dtype)
+    if name is None or name not in fmt.DTYPE_FACTS:
+        raise InvalidArgument(f"dtype={dtype!r} is not supported; pass one of {', '.join(sorted(fmt.DTYPE_FACTS))} "
                               "or a dumped dtype string such as 'torch.float16'")
     return name
 
@@ -76,10 +76,10 @@ def _check_spec(spec: TensorSpec) -> None:
         _check_number(label, value)
     _check_number("min_finite", spec.min_finite, allow_non_finite=False)
     _check_number("max_finite", spec.max_finite, allow_non_finite=False)
-    if (entries.finite(spec.min) and entries.finite(spec.max) and not isinstance(spec.min, bool)
+    if (dumpjson.finite(spec.min) and dumpjson.finite(spec.max) and not isinstance(spec.min, bool)
             and spec.min > spec.max):
         raise InvalidArgument(f"min_value={spec.min!r} is above max_value={spec.max!r}; swap them")
-    if spec.norm is not None and entries.finite(spec.norm) and spec.norm < 0:
+    if spec.norm is not None and dumpjson.finite(spec.norm) and spec.norm < 0:
         raise InvalidArgument(f"norm={spec.norm!r} must be non-negative")
 
 
@@ -115,10 +115,10 @@ def arrays_from_item(item: dict, *, edge_values: bool = False) -> st.SearchStrat
     The item is read as random-data mode reads it: checked by the dump reader's own rule, then
     :meth:`TensorSpec.from_item <generators.random_data.TensorSpec.from_item>`.
     """
-    if not entries.is_tensor_item(item):
+    if not dumpjson.is_tensor_item(item):
         raise InvalidArgument(f"item={item!r} is not a dump tensor item (needs type 'torch.Tensor' or "
                               "'mindspore.Tensor')")
-    problem = entries.check_tensor_item(item, "item")
+    problem = dumpjson.check_tensor_item(item, "item")
     if problem:
         raise InvalidArgument(problem)
     try:
@@ -137,13 +137,13 @@ def index_arrays(*, shape: Any, size: int, dtype: Any = "int64", min_value: int 
     ``negative``), within [min_value, max_value] where that overlaps. ``ignore_index`` (e.g. -100 for
     cross_entropy) is kept at element 0 when ``min_value`` equals it, so class-id targets stay meaningful."""
     name = _canonical(dtype)
-    if DTYPES[name].kind != "int":
+    if fmt.DTYPE_FACTS[name].kind != "int":
         raise InvalidArgument(f"dtype={dtype!r} must be an integer dtype for indices, e.g. 'int64'")
     shape = _check_shape(shape)
-    if not entries.is_int(size) or size <= 0:
+    if not dumpjson.is_int(size) or size <= 0:
         raise InvalidArgument(f"size={size!r} must be a positive integer: the length of the indexed dimension")
     for label, value in (("min_value", min_value), ("max_value", max_value), ("ignore_index", ignore_index)):
-        if value is not None and not entries.is_int(value):
+        if value is not None and not dumpjson.is_int(value):
             raise InvalidArgument(f"{label}={value!r} must be an integer or None")
     bound = IndexBound(low=-size if negative else 0, high=size - 1, ignore=ignore_index)
     lo = bound.low if min_value is None else min_value

@@ -1,26 +1,34 @@
-"""What a tensor file says it holds, read from its metadata alone: nothing is inflated, allocated or run.
+"""Reading a dump's tensor file safely: where the files are, a name joined inside them, metadata first, then data.
 
-A dumped tensor file is untrusted input. Before it is loaded, its dtype, shape and the bytes its data takes are
-read from the file's own metadata and checked, so that a file that would take more memory than the budget, or
-that lies about its size, is refused before a byte of its data is read:
+A dumped tensor file is untrusted input, read in three steps, each refusing with one line that names the file:
 
-* ``.pt``, zip format (``torch.save``'s default): the zip's central directory (entry names, declared sizes,
-  compression) and ``data.pkl``, read by a restricted unpickler that builds no storage and runs nothing: the
-  storage's dtype and element count come from its persistent id, the tensor's shape, strides and offset from
-  the arguments of ``torch._utils._rebuild_tensor_v2``. ``torch.save`` stores every entry uncompressed, so a
-  compressed entry is refused (a few MB of deflate stream can claim gigabytes), and each storage's entry
-  must hold exactly the bytes its persistent id declares.
-* ``.pt``, legacy format (``_use_new_zipfile_serialization=False``, what the project's dumper writes): the
-  same pickle, read from the head of the file, then the element count written before the raw data; the
-  file must end exactly where that data ends.
-* ``.npy``: the header (dtype, shape, order); the file must end exactly where the data ends.
+* where: :func:`resolve_tensor_dir` finds the dump's tensor directory and :func:`safe_join` joins an untrusted
+  file name to it so that it stays inside (no absolute name, ``..``, separator, or link that leads outside);
+* what it says it holds: :func:`read_meta` reads the file's dtype, shape and the bytes its data takes from its
+  metadata alone, nothing inflated, allocated or run, so that a file that would take more memory than the
+  budget, or that lies about its size, is refused before a byte of its data is read:
 
-:func:`read_meta` returns a :class:`TensorMeta` or raises :class:`TensorMetaError` naming what is wrong.
-Standard library and numpy only (torch is not imported).
+  - ``.pt``, zip format (``torch.save``'s default): the zip's central directory (entry names, declared sizes,
+    compression) and ``data.pkl``, read by a restricted unpickler that builds no storage and runs nothing: the
+    storage's dtype and element count come from its persistent id, the tensor's shape, strides and offset from
+    the arguments of ``torch._utils._rebuild_tensor_v2``. ``torch.save`` stores every entry uncompressed, so a
+    compressed entry is refused (a few MB of deflate stream can claim gigabytes), and each storage's entry
+    must hold exactly the bytes its persistent id declares.
+  - ``.pt``, legacy format (``_use_new_zipfile_serialization=False``, what the project's dumper writes): the
+    same pickle, read from the head of the file, then the element count written before the raw data; the
+    file must end exactly where that data ends.
+  - ``.npy``: the header (dtype, shape, order); the file must end exactly where the data ends.
+
+* the tensor: :func:`load_tensor_file` checks that metadata against the budget and dump.json's entry, then
+  reads the data (torch is imported there only).
+
+:func:`read_meta` returns a :class:`TensorMeta` or raises :class:`TensorMetaError`; :func:`load_tensor_file`
+raises :class:`TensorFileError`, :func:`safe_join` :class:`PathRefused`.
 """
 from __future__ import annotations
 
 import collections
+import functools
 import io
 import os
 import pickle
@@ -28,6 +36,9 @@ import struct
 import zipfile
 from dataclasses import dataclass, field
 from typing import Any
+
+from dumpers import format as fmt
+from generators.dumpjson import tensor_file_name
 
 PICKLE_LIMIT = 1 << 20          # a tensor's data.pkl is a few hundred bytes; more is not a plain tensor file
 LEGACY_HEAD = 1 << 12           # what is read first of a legacy file: its records, and the start of its data
@@ -367,3 +378,200 @@ def read_meta(path: str) -> TensorMeta:
     if magic.startswith(b"\x80"):
         return _legacy_meta(path, file_size)
     raise TensorMetaError("it is neither a zip nor a legacy torch.save file")
+
+
+# --- where the files are ------------------------------------------------------------------------
+class PathRefused(ValueError):
+    """A path from a dump that would lead outside the dump's tensor directory."""
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def resolve_tensor_dir(dump_json: str, dump_data_dir: Any) -> tuple:
+    """The real path of the dump's tensor directory, and why there is none.
+
+    Rule (msprobe 26.2): ``<dir of dump.json>/dump_tensor_data`` whenever it exists; ``dump_data_dir`` is
+    what the training process wrote relative to *its* working directory, so it is only used when it is a
+    relative path without ``..`` that resolves inside the dump's own directory.
+
+    Returns:
+        (tensor_dir or None, problem or None): problem says why the files cannot be found.
+    """
+    base = os.path.realpath(os.path.dirname(os.path.abspath(dump_json)))
+    beside = os.path.join(base, fmt.TENSOR_DIR)
+    if os.path.isdir(beside):
+        real = os.path.realpath(beside)
+        if not _inside(real, base):
+            return None, (f"{beside} is a link to {real}, outside the dump directory {base}; "
+                          "copy the tensor files into the dump instead of linking them")
+        return real, None
+    if dump_data_dir is None:
+        return None, None
+    if not isinstance(dump_data_dir, str) or not dump_data_dir:
+        return None, f"{dump_json}: dump_data_dir must be a string or null, got {dump_data_dir!r}"
+    if os.path.isabs(dump_data_dir) or ".." in dump_data_dir.replace("\\", "/").split("/"):
+        return None, (f"{dump_json}: dump_data_dir {dump_data_dir!r} is refused (absolute or contains '..'); "
+                      f"put the tensor files in {beside}")
+    candidate = os.path.realpath(os.path.join(base, dump_data_dir))
+    if not _inside(candidate, base):
+        return None, (f"{dump_json}: dump_data_dir {dump_data_dir!r} resolves to {candidate}, outside the "
+                      f"dump directory; put the tensor files in {beside}")
+    if os.path.isdir(candidate):
+        return candidate, None
+    return None, (f"tensor files not found: neither {beside} nor dump_data_dir {dump_data_dir!r} "
+                  f"(relative to {base}) exists; copy dump_tensor_data next to dump.json, "
+                  "or use random data (--msprobe-random)")
+
+
+@functools.lru_cache(maxsize=64)
+def _real_root(root: str) -> str:
+    """The real path of a tensor directory, resolved once per process (every file of a dump is joined to one
+    of a few); a directory re-pointed later is not followed: its files are read where it first led."""
+    return os.path.realpath(root)
+
+
+def safe_join(root: str, name: str) -> str:
+    """The real path of ``name`` inside ``root``; refuses names and links that lead outside.
+
+    Raises:
+        PathRefused: absolute name, '..', a separator, or a symlink that resolves outside ``root``.
+    """
+    if (not name or os.path.isabs(name) or "/" in name or "\\" in name or "\x00" in name
+            or name in (".", "..")):
+        raise PathRefused(f"file name {name!r} is refused: it must be a bare name inside {root}")
+    real_root = _real_root(root)
+    path = os.path.join(real_root, name)          # real already, unless the name itself is a link
+    if os.path.islink(path):
+        path = os.path.realpath(path)
+    if not _inside(path, real_root) or path == real_root:
+        raise PathRefused(f"{os.path.join(root, name)} resolves to {path}, outside the tensor directory "
+                          f"{real_root}; the link is refused")
+    return path
+
+
+# --- loading a tensor file ----------------------------------------------------------------------
+class TensorFileError(ValueError):
+    """A tensor file that is missing, outside the dump, too large, or not a plain tensor."""
+
+
+def load_tensor_file(tensor_dir: str, item: dict, *, max_bytes: int, where: str = "") -> Any:
+    """The CPU tensor stored for a tensor item (``data_name``, or an old dump's ``datapath`` file name,
+    inside ``tensor_dir``).
+
+    Before anything is loaded, the file's metadata (:func:`read_meta`: the zip
+    directory and pickled record of a ``.pt``, the header of a ``.npy``) gives its dtype, shape and the
+    bytes loading it allocates; a file whose data is over ``max_bytes``, whose metadata disagrees with the
+    file or with dump.json's shape and dtype, or whose storage is larger than its tensor, is refused
+    without reading its data. Then a ``.pt`` file's storage is read from the offset its metadata gave straight
+    into the tensor's memory (one read of the data, nothing unpickled twice), or, where the metadata leaves that
+    open (big-endian data, a record with hooks), loads with ``torch.load(weights_only=True,
+    map_location="cpu")``; ``.npy`` files load with ``numpy.load(allow_pickle=False)``; anything else is refused.
+
+    Raises:
+        TensorFileError: with a message naming the file and what to do.
+    """
+    import numpy as np
+    import torch
+
+    name = tensor_file_name(item)
+    label = f"{where}: " if where else ""
+    try:
+        path = safe_join(tensor_dir, name)
+    except PathRefused as exc:
+        raise TensorFileError(f"{label}{exc}") from None
+    if not os.path.isfile(path):
+        raise TensorFileError(f"{label}tensor file {path} is missing; copy the dump's {fmt.TENSOR_DIR} "
+                              "directory completely, or use random data (--msprobe-random)")
+    size = os.stat(path).st_size
+    if size > max_bytes:
+        raise TensorFileError(f"{label}tensor file {path} is {size} bytes, over the budget of {max_bytes} "
+                              "bytes; raise --msprobe-max-bytes if the machine has the memory")
+    if not path.endswith((".pt", ".npy")):
+        raise TensorFileError(f"{label}The file: {path} is not a pt or numpy file.")
+    meta = _check_meta(path, item, max_bytes, label)
+    tensor = _read_storage(path, meta, torch) if path.endswith(".pt") else None
+    if tensor is None and path.endswith(".pt"):
+        try:
+            tensor = torch.load(path, weights_only=True, map_location="cpu")
+        except Exception as exc:  # noqa: BLE001 - a hostile file may raise anything; all mean 'refused'
+            raise TensorFileError(
+                f"{label}{path} was refused: it is not a plain tensor file ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}). A file holding pickled objects can "
+                "run code when loaded; do not load it with weights_only=False unless you trust its origin"
+            ) from None
+    elif tensor is None and path.endswith(".npy"):
+        try:
+            array = np.load(path, allow_pickle=False)
+        except Exception as exc:  # noqa: BLE001 - a hostile file may raise anything; all mean 'refused'
+            raise TensorFileError(f"{label}{path} was refused: not a plain .npy array "
+                                  f"({type(exc).__name__}: {exc}); pickled object arrays are never loaded") from None
+        if not isinstance(array, np.ndarray):
+            raise TensorFileError(f"{label}{path} was refused: it is an archive, not one .npy array")
+        tensor = torch.from_numpy(np.require(array, requirements="C"))
+    elif tensor is None:
+        raise TensorFileError(f"{label}The file: {path} is not a pt or numpy file.")
+    if not isinstance(tensor, torch.Tensor):
+        raise TensorFileError(f"{label}{path} holds a {type(tensor).__name__}, not a tensor")
+    shape = item.get("shape")
+    if list(tensor.shape) != list(shape or []):
+        raise TensorFileError(f"{label}{path} holds a tensor of shape {list(tensor.shape)} but dump.json "
+                              f"records {shape}; the file does not belong to this entry")
+    wanted = fmt.canonical_dtype(item.get("dtype"))
+    if wanted and str(tensor.dtype) != f"torch.{wanted}":
+        if path.endswith(".npy"):      # MindSpore saves bf16 as fp32; restore the recorded dtype
+            tensor = tensor.to(getattr(torch, wanted))
+        else:
+            raise TensorFileError(f"{label}{path} holds {tensor.dtype} but dump.json records "
+                                  f"{item.get('dtype')}; the file does not belong to this entry")
+    return tensor
+
+
+def _read_storage(path: str, meta: Any, torch: Any) -> Any:
+    """The tensor of a ``.pt`` file whose metadata checked out, its storage read straight from the file into the
+    tensor's memory (what ``torch.load`` builds, without a second parse of the file); None when the file must go
+    through ``torch.load`` (big-endian data, a record with hooks or metadata) or changed since it was checked."""
+    if meta.data_offset is None:
+        return None
+    dtype = getattr(torch, meta.dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        return None
+    storage = torch.empty(meta.data_bytes // torch.empty((), dtype=dtype).element_size(), dtype=dtype)
+    raw = storage.view(torch.uint8).numpy() if meta.data_bytes else None
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size < meta.data_offset + meta.data_bytes:
+            return None
+        fh.seek(meta.data_offset)
+        if raw is not None and fh.readinto(memoryview(raw)) != meta.data_bytes:
+            return None
+    tensor = storage.as_strided(meta.shape, meta.stride, meta.storage_offset)
+    if meta.requires_grad:
+        tensor.requires_grad_(True)
+    return tensor
+
+
+def _check_meta(path: str, item: dict, max_bytes: int, label: str) -> Any:
+    """Refuse the file from its metadata alone: over budget, lying about its size, or not this entry's tensor."""
+    try:
+        meta = read_meta(path)
+    except (TensorMetaError, OSError) as exc:
+        what = f"it is not a plain tensor file ({exc})" if path.endswith(".pt") else str(exc)
+        raise TensorFileError(f"{label}{path} was refused: {what}; nothing of it was loaded") from None
+    if meta.data_bytes > max_bytes:
+        raise TensorFileError(f"{label}tensor file {path} holds {meta.data_bytes} bytes of data ({meta.elements} "
+                              f"{meta.dtype} elements), over the budget of {max_bytes} bytes; raise "
+                              "--msprobe-max-bytes if the machine has the memory")
+    if meta.data_bytes > meta.tensor_bytes:
+        raise TensorFileError(f"{label}{path} was refused before loading: it holds a storage of {meta.data_bytes} "
+                              f"bytes for a tensor of {meta.tensor_bytes} bytes (shape {list(meta.shape)}); the "
+                              "dumpers save each tensor on its own storage, so the file does not match its entry")
+    shape = item.get("shape")
+    if list(meta.shape) != list(shape or []):
+        raise TensorFileError(f"{label}{path} holds a tensor of shape {list(meta.shape)} but dump.json "
+                              f"records {shape}; the file does not belong to this entry")
+    wanted = fmt.canonical_dtype(item.get("dtype"))
+    if wanted and path.endswith(".pt") and meta.dtype != wanted:
+        raise TensorFileError(f"{label}{path} holds torch.{meta.dtype} but dump.json records "
+                              f"{item.get('dtype')}; the file does not belong to this entry")
+    return meta

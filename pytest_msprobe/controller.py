@@ -19,7 +19,7 @@ from .precision.verdict import FAITHFUL, is_unfaithful
 from .report import acc_csv, rounding
 from .report.claim import sort_written
 from .report.acc_csv import held, stop_run
-from .wire import ItemPayload, crash_reason
+from .api_items import ItemPayload, crash_reason
 
 NAME = "msprobe-controller"
 
@@ -191,7 +191,7 @@ class Controller:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: Any) -> None:
-        from .collect import ApiItem
+        from .api_items import ApiItem
         self.prepare({item.name for item in session.items if isinstance(item, ApiItem)})
 
     @pytest.hookimpl(optionalhook=True)

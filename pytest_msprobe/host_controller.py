@@ -5,14 +5,14 @@ A collaborator of :class:`~.controller.Controller`, which calls it from its xdis
 ``--tx``/``-n`` run). For every gateway it knows the host (:func:`.hosts.host_of`); a worker gets the
 lowest free device slot of its host (a worker that replaces a crashed one takes over its slot, so its
 device). A remote worker (:func:`.hosts.is_remote`) is sent the settings with its host's paths and the dump
-files under the controller's node ids (:func:`.collect.node_path`), in its brief (:mod:`.brief`).
+files under the controller's node ids (:func:`.api_items.node_path`), in its brief (:mod:`.brief`).
 
 Only xdist's hooks and pytest's are used. A host that cannot start a worker at all is one usage error naming
 the host and the cause: a gateway that cannot be made reaches pytest as an internal error, which
 :meth:`HostController.internal_error` turns into that one line; a worker that ends before it is ready is
 reported by ``pytest_testnodedown``, which raises it. A host lost mid-run (its server, its network or the
 machine goes down) leaves an ``error`` row for the call each of its workers was running (the controller writes
-it, :func:`.wire.crash`); xdist then tries to start a worker in its place, which fails, and the run stops
+it, :func:`.api_items.crash`); xdist then tries to start a worker in its place, which fails, and the run stops
 there with one line naming the host, its CSVs whole; ``--lf`` checks the error rows and the calls not run.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from . import hosts
-from .collect import node_path
+from .api_items import node_path
 
 
 class HostController:

@@ -5,7 +5,7 @@ from the paths on its command line. A dump comes from someone else (``docs/secur
 
 * its files never become a collection argument (:func:`collection_args`): the dump collectors are added to the
   session's own collection, and their hooks are the run's, not those of a folder near the dump
-  (:class:`pytest_msprobe.collect.DumpCollection`, :class:`pytest_msprobe.collect.RunHooks`), so pytest never
+  (:class:`pytest_msprobe.api_items.DumpCollection`, :class:`pytest_msprobe.api_items.RunHooks`), so pytest never
   looks for a ``conftest.py`` there;
 * ``--msprobe-api-info PATH`` (two arguments) is read by pytest as a test path before any plugin is loaded,
   and pytest roots the run there (ini file, rootdir, cache); where that would differ from the ``=`` form the run

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from . import hookspec
-from .collect import SESSION_KEY, is_api_item, freeze_if_many
+from .api_items import SESSION_KEY, is_api_item, freeze_if_many
 from .settings import add_options
 
 
@@ -54,11 +54,11 @@ def pytest_sessionfinish(session: Any) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: Any, call: Any) -> Any:
-    """An API item's payload goes to the controller on its call report (:func:`.wire.attach`)."""
+    """An API item's payload goes to the controller on its call report (:func:`.api_items.attach`)."""
     outcome = yield
     if call.when == "call" and is_api_item(item) and item.payload is not None:
-        from . import wire
-        wire.attach(outcome.get_result(), item.payload)
+        from .api_items import attach
+        attach(outcome.get_result(), item.payload)
 
 
 

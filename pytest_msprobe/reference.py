@@ -14,12 +14,11 @@ import dataclasses
 import os
 from typing import Any
 
-from .wire import ItemPayload
 
 def judge(sess: Any, case: Any, dump_path: str, name: str, payload: Any) -> Any:
     """Run ``case`` on the reference backend and return the compare's verdict of ``name`` (an ApiVerdict),
     or None when the reference produced no comparable rows; the reference rows go into ``payload.reference``
-    (an :class:`~.wire.ItemPayload`)."""
+    (an :class:`~.api_items.ItemPayload`)."""
     from .gpu_reference import judge_tables
     from .replay import run_case
     from .report.columns import DETAILS_HEADER
@@ -29,7 +28,7 @@ def judge(sess: Any, case: Any, dump_path: str, name: str, payload: Any) -> Any:
     options = dataclasses.replace(sess.run_options(dump_path), device_type=s.reference, error_data_dir=None,
                                   examples=1, timeout=None)     # --msprobe-timeout limits the item's own run
     result = run_case(case, backend, 0, options)
-    built = ItemPayload.of(result, fail_on=s.fail_on, precision=s.precision)
+    built = type(payload).of(result, fail_on=s.fail_on, precision=s.precision)    # the item's payload class
     payload.reference = built.wire()
     rows = [dict(zip(DETAILS_HEADER, cells[:len(DETAILS_HEADER)])) for cells in built.cells]
     if not rows:

@@ -1,6 +1,6 @@
 """The objects of a check run, built from pytest's config (called by :mod:`.plugin`'s hooks).
 
-In every process a :class:`~.session.CheckSession` and a :class:`~.select.Selection` (in ``config.stash``), on
+In every process a :class:`~.session.CheckSession` and a :class:`~.api_items.Selection` (in ``config.stash``), on
 the controller also the :class:`~.controller.Controller`, which owns the controller's hooks. An xdist worker
 takes what the controller decided from its brief (:mod:`.brief`) instead of deciding it again.
 """
@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-from .collect import SELECTION_KEY, SESSION_KEY, freeze_long_lived, is_api_item, node_path, freeze_if_many
+from .api_items import SELECTION_KEY, SESSION_KEY, freeze_if_many, freeze_long_lived, is_api_item, node_path
 from .settings import Settings
 
 CONTROLLER_KEY = pytest.StashKey["Any"]()
@@ -29,13 +29,13 @@ def usage(prefix: str, fn: Callable[[], Any], errors: tuple = (ValueError, OSErr
 
 def configure(config: Any) -> None:
     """Build the run's objects (nothing without ``--msprobe-api-info``)."""
-    from generators.jsonsafe import paused_gc
+    from generators.dumpjson import paused_gc
     from generators.loader import find_dump_files
 
     from .brief import WorkerBrief
     from .hosts import runs_calls_here, workers_run_calls
     from .resume import ResumePlan, read_lastfailed
-    from .select import LastFailedGuard, Selection
+    from .api_items import LastFailedGuard, Selection
     from .session import CheckSession
     brief = WorkerBrief.read(config)
     settings = Settings.from_brief(brief.settings) if brief is not None else usage(
@@ -113,7 +113,7 @@ def _narrowed(config: Any, plan: Any) -> bool:
 def _set_args(config: Any, files: list) -> None:
     """The dumps are never collection arguments (a conftest.py near one would be imported): with no test paths
     on the command line nothing but the dumps is collected, and they are added to the session's collection."""
-    from .collect import DumpCollection
+    from .api_items import DumpCollection
     from .isolation import collection_args
     explicit = getattr(config, "args_source", None) == pytest.Config.ArgsSource.ARGS
     config.args = collection_args(list(config.args), explicit, files)

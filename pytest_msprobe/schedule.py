@@ -1,7 +1,7 @@
 """``--dist load`` with the first distribution dealt out one call at a time: a scheduler of our own behind
 xdist's scheduler protocol (``pytest_xdist_make_scheduler``; it subclasses nothing of xdist).
 
-Workers run the API items largest first (:func:`.select.by_size`), but xdist's first distribution hands each
+Workers run the API items largest first (:func:`.api_items.by_size`), but xdist's first distribution hands each
 worker a run of consecutive items (a chunk each), so the few largest calls would all land on the first worker
 and finish last. Here the items of that first distribution are dealt like cards: with ``n`` workers, worker
 ``k`` gets items ``k, k + n, k + 2n, ...`` of it, so each starts on one of the ``n`` largest calls and they

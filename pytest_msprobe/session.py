@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .collect import freeze_long_lived
+from .api_items import freeze_long_lived
 from .devices.base import device_for_slot, worker_index
 from .replay import CaseResult, RunOptions, prepare_compare, run_case
 from .settings import DEFAULT_STANDARD, Settings
@@ -122,12 +122,12 @@ class CheckSession:
 
     def call_costs(self, node_id: Any) -> dict:
         """File node id (``node_id(path)``) -> the cost of each of its calls in dump order
-        (:func:`.select.call_cost`): worked out once on the controller of a run with xdist workers, which
+        (:func:`.api_items.call_cost`): worked out once on the controller of a run with xdist workers, which
         then order their calls by it without parsing the entries of calls they do not run. The entries parsed
         here are not kept: this process runs none of the calls."""
-        from generators.jsonsafe import paused_gc
+        from generators.dumpjson import paused_gc
 
-        from .select import call_cost
+        from .api_items import call_cost
         with paused_gc():
             return {node_id(path): [call_cost(case.peek()) for case in self.cases_of(path)]    # nothing kept
                     for path in self.dump_paths}
@@ -139,7 +139,7 @@ class CheckSession:
         import importlib
         import sys
 
-        from generators.jsonsafe import paused_gc
+        from generators.dumpjson import paused_gc
         with paused_gc():
             for name in self.call_modules():
                 if name not in sys.modules:

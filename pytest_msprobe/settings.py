@@ -19,7 +19,7 @@ from dumpers.config import checker_section
 
 from .precision.standards import DEFAULT_STANDARD, STANDARDS
 from .precision.verdict import DEFAULT_FAIL_ON, FAIL_ON_CHOICES
-from dumpers.csvcell import DEFAULT_PRECISION
+from dumpers.format import DEFAULT_PRECISION
 
 # --- defaults ---------------------------------------------------------------------------------------
 DEFAULT_SEED = 1234                      # random-data mode; each API derives its own (replay.item_seed)

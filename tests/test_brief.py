@@ -12,7 +12,7 @@ from pytest_msprobe.brief import KEY, WorkerBrief
 from pytest_msprobe.precision.compare import DetailRow
 from pytest_msprobe.replay import CaseResult, error_result
 from pytest_msprobe.settings import Settings
-from pytest_msprobe.wire import PROPERTY, ItemPayload, attach
+from pytest_msprobe.api_items import PROPERTY, ItemPayload, attach
 
 
 def test_the_settings_travel_resolved_with_the_hosts_paths(tmp_path):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pytest_msprobe.collect import SETTLE_AT
+from pytest_msprobe.api_items import SETTLE_AT
 
 pytest_plugins = ["pytester"]
 

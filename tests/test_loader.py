@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dumpers import format as fmt
-from generators.apis import UnknownApiError, resolve_api
+from generators.inputs import UnknownApiError, resolve_api
 from generators.loader import DumpError, find_dump_files, load_dump
 
 
@@ -236,11 +236,11 @@ def _fields(case) -> tuple:
 @pytest.mark.parametrize("sample", ["mlp_fp32_statistics_L1", "mlp_fp32_statistics_mix", "mlp_fp32_tensor_L1",
                                     "msprobe_repo_fixtures"])
 def test_entries_parsed_on_first_use_give_what_a_whole_parse_gives(data_dir, monkeypatch, sample):
-    from generators import jsonsafe
+    from generators import dumpjson
     files = find_dump_files(data_dir / sample)
     lean = load_dump(files)
     assert all(c._parts is None for c in lean if hasattr(c, "_parts")) and any(hasattr(c, "_parts") for c in lean)
-    monkeypatch.setattr(jsonsafe, "scan_object", lambda *a, **k: None)      # the whole-parse way
+    monkeypatch.setattr(dumpjson, "scan_object", lambda *a, **k: None)      # the whole-parse way
     whole = load_dump(files)
     assert not any(hasattr(c, "_parts") for c in whole)
     assert [_fields(c) for c in lean] == [_fields(c) for c in whole] and lean.excluded == whole.excluded
@@ -267,10 +267,10 @@ def test_a_bad_entry_is_found_when_its_case_is_asked(tmp_path):
     '\ufeff{"data": {}}',
 ])
 def test_text_a_lean_load_refuses_gets_the_whole_parse_error(tmp_path, text):
-    from generators import jsonsafe
+    from generators import dumpjson
     (tmp_path / "dump.json").write_text(text, encoding="utf-8")
-    with pytest.raises(jsonsafe.JSONFileError) as whole:
-        jsonsafe.load_file(str(tmp_path / "dump.json"))
+    with pytest.raises(dumpjson.JSONFileError) as whole:
+        dumpjson.load_file(str(tmp_path / "dump.json"))
     with pytest.raises(DumpError) as lean:
         load_dump(tmp_path / "dump.json")
     assert str(lean.value) == str(whole.value)
@@ -296,13 +296,13 @@ _ODD_KEYS = (
 
 @pytest.mark.parametrize("tensor_type", ["torch.Tensor", fmt.MINDSPORE_TENSOR_TYPE])
 def test_odd_keys_spacing_and_names_load_as_a_whole_parse_loads_them(tmp_path, monkeypatch, tensor_type):
-    from generators import jsonsafe
+    from generators import dumpjson
     item = json.dumps(t(type=tensor_type))
     (tmp_path / "dump.json").write_text(_ODD_KEYS % item, encoding="utf-8")
     lean = load_dump(tmp_path / "dump.json")
     assert any(hasattr(c, "_parts") for c in lean)                           # the lean way was taken
     assert lean.cases[0].framework == ("mindspore" if tensor_type == fmt.MINDSPORE_TENSOR_TYPE else "pytorch")
-    monkeypatch.setattr(jsonsafe, "scan_object", lambda *a, **k: None)      # the whole-parse way
+    monkeypatch.setattr(dumpjson, "scan_object", lambda *a, **k: None)      # the whole-parse way
     whole = load_dump(tmp_path / "dump.json")
     assert [_fields(c) for c in lean] == [_fields(c) for c in whole] and lean.excluded == whole.excluded
     assert [c.name for c in lean][:3] == ["Torch.relu.0", "Torch.a\\x20b.1", "Jit.f.0"]

@@ -17,7 +17,7 @@ import torch  # noqa: F401 - imported before pytester snapshots sys.modules: tor
 import generators.inputs  # noqa: F401 - the same, and keeps in-process runs fast
 import pytest_msprobe.precision.compare  # noqa: F401
 from dumpers import format as fmt
-from generators.apis import UnknownApiError
+from generators.inputs import UnknownApiError
 from generators.loader import load_dump
 from generators.ms_apis import check_ms_api, ms_prefix_problem
 
@@ -190,7 +190,7 @@ def test_conversions_keep_dtypes():
     assert m[0].dtype == ms.bfloat16 and m[1]["k"][0].dtype == ms.float32 and m[1]["k"][1] == 3
     back = ms_replay.to_torch(m)
     assert back[0].dtype == torch.bfloat16 and torch.equal(back[0], t)
-    from generators.entries import MindSporeDtype
+    from generators.dumpjson import MindSporeDtype
     assert ms_replay.to_ms(MindSporeDtype("Float16")) == ms.float16
 
 

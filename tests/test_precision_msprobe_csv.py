@@ -16,10 +16,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dumpers.format import output_row_name
+from dumpers.format import format_cell, output_row_name
 from pytest_msprobe.precision.compare import compare_outputs
 from pytest_msprobe.report.columns import DETAIL_METRIC_FIELDS, DETAILS_HEADER
-from dumpers.csvcell import format_cell
 
 DUMP = "mlp_fp32_tensor_L1/step0/rank"
 CSV_DIR = "mlp_fp32_tensor_L1_acc_check"

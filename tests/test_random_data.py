@@ -46,7 +46,7 @@ def t(dtype="torch.float32", shape=(4, 5), lo=-1.0, hi=1.0, mean=None, norm=None
 
 
 def test_every_sample_case_builds_and_runs():
-    from generators.apis import resolve_api
+    from generators.inputs import resolve_api
 
     for case in load_dump(STATS):
         inputs = build_inputs(case, seed=1)

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from generators.apis import resolve_api
-from generators.inputs import InputError, build_inputs
+from generators.inputs import InputError, build_inputs, resolve_api
 from generators.loader import load_dump
-from generators.real_data import TensorFileError, load_tensor_file
+from generators.tensorfile import TensorFileError, load_tensor_file
 
 DATA = pathlib.Path(__file__).parent / "data"
 STEP0 = ("mlp_fp32_tensor_L1", "step0")

@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from dumpers import format as fmt
-from generators.apis import resolve_api
-from generators.inputs import build_inputs
+from generators.inputs import build_inputs, resolve_api
 from generators.loader import load_dump
 from generators.recorded import (
     NotRecorded,

@@ -20,7 +20,7 @@ import pytest_msprobe.precision.compare  # noqa: F401
 from dumpers import format as fmt
 from dumpers.torch_dump.debugger import PrecisionDebugger
 from generators.loader import load_dump
-from pytest_msprobe.replay import autocast
+from pytest_msprobe.replay import torch_adapter
 from pytest_msprobe.report import acc_csv
 from tests import zoo
 
@@ -72,14 +72,14 @@ _FUNCS = {"linear": torch.nn.functional.linear, "conv1d": torch.nn.functional.co
                                  "prelu", "scaled_dot_product_attention"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_lowered_apis_are_what_cpu_autocast_lowers(api, dtype):
-    assert autocast.policy(api, "cpu") == autocast.LOWER
+    assert torch_adapter.policy(api, "cpu") == torch_adapter.LOWER
     args, kwargs = _gemm_inputs(api)
     func = _FUNCS.get(api) or getattr(torch, api)
     with torch.autocast("cpu", dtype=dtype):
         out = func(*args, **kwargs)
     assert out.dtype == dtype
-    state = autocast.AutocastState("cpu", str(dtype).replace("torch.", ""))
-    cast_args, _ = autocast.after_cast(state, api, list(args), kwargs)
+    state = torch_adapter.AutocastState("cpu", str(dtype).replace("torch.", ""))
+    cast_args, _ = torch_adapter.after_cast(state, api, list(args), kwargs)
     assert all(a.dtype == dtype for a in cast_args)
     assert all(a.dtype == torch.float32 for a in args)          # the caller's tensors are left as they were
     assert torch.equal(func(*cast_args), out)                   # after the cast, the call is autocast's call
@@ -94,7 +94,7 @@ def test_other_apis(api, args, expected):
     func = getattr(torch.nn.functional, api, None) or getattr(torch, api)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert func(*args).dtype == expected
-    assert autocast.policy(api, "cpu") == (autocast.FP32 if api == "mse_loss" else None)
+    assert torch_adapter.policy(api, "cpu") == (torch_adapter.FP32 if api == "mse_loss" else None)
 
 
 def _entry(out_dtype: str, **extra) -> dict:
@@ -111,7 +111,7 @@ def _entry(out_dtype: str, **extra) -> dict:
 ])
 def test_inferred_only_where_the_dtypes_prove_it(api, ins, out, expected):
     args = [torch.zeros(2, dtype=getattr(torch, d)) for d in ins]
-    state = autocast.infer(api, _entry(out), args, {})
+    state = torch_adapter.infer(api, _entry(out), args, {})
     assert (state.dtype if state else None) == expected
     if state:
         assert state.inferred and "inferred" in state.note
@@ -121,11 +121,11 @@ def test_recorded_state_wins_and_bad_keys_are_ignored():
     args = [torch.zeros(2), torch.zeros(2)]
     recorded = {"device_type": "cpu", "dtype": "torch.bfloat16", "enabled": True}
     case = type("Case", (), {"api": "linear", "forward": _entry("torch.bfloat16", autocast=recorded)})()
-    state = autocast.for_case(case, args, {})
-    assert state == autocast.AutocastState("cpu", "bfloat16") and state.note == ""
+    state = torch_adapter.for_case(case, args, {})
+    assert state == torch_adapter.AutocastState("cpu", "bfloat16") and state.note == ""
     for bad in ({"dtype": "torch.float32", "enabled": True, "device_type": "cpu"}, {"enabled": "yes"}, [1], "x"):
         case.forward = _entry("torch.float32", autocast=bad)
-        assert autocast.for_case(case, args, {}) is None
+        assert torch_adapter.for_case(case, args, {}) is None
 
 
 # --- the dumper ---------------------------------------------------------------------------------------------------

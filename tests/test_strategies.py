@@ -11,8 +11,7 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from generators.apis import resolve_api
-from generators.inputs import build_inputs, inputs_strategy
+from generators.inputs import build_inputs, inputs_strategy, resolve_api
 from generators.loader import load_dump
 from generators.strategies import arrays_from_item, arrays_from_stats, index_arrays, tensors_from_stats
 

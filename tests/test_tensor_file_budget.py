@@ -22,8 +22,7 @@ import pytest
 import torch
 
 from dumpers import format as fmt
-from generators.real_data import TensorFileError, load_tensor_file
-from generators.tensorfile import TensorMetaError, read_meta
+from generators.tensorfile import TensorFileError, TensorMetaError, load_tensor_file, read_meta
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "tests" / "data" / "mlp_fp32_tensor_L1" / "step0" / "rank" / fmt.TENSOR_DIR

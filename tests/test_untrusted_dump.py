@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from dumpers import format as fmt
 from generators.inputs import InputError, build_inputs
 from generators.loader import DumpError, load_dump, printable_name
-from generators.real_data import TensorFileError, load_tensor_file
+from generators.tensorfile import TensorFileError, load_tensor_file
 
 DATA = pathlib.Path(__file__).parent / "data"
 TENSOR_STEP = DATA / "mlp_fp32_tensor_L1" / "step0" / "rank"

@@ -315,7 +315,7 @@ def pytest_sessionfinish(session):
     config = session.config
     if not hasattr(config, "workerinput"):
         return
-    from pytest_msprobe.collect import SESSION_KEY
+    from pytest_msprobe.api_items import SESSION_KEY
     sess = config.stash[SESSION_KEY]
     parsed = sorted(c.name for p in sess.dump_paths for c in sess.cases_of(p) if c._parts is not None)
     order = [item.name for item in session.items]

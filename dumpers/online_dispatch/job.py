@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from dumpers.csvcell import BLANK, format_cell, safe_text
+from dumpers.format import BLANK, format_cell, safe_text
 
 from . import compare, tensors
 from .output import CPU_DIR, FILE_MODE, NPU_DIR

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from typing import IO
 
-from dumpers.csvcell import BLANK
+from dumpers.format import BLANK
 
 DIR_MODE = 0o750
 FILE_MODE = 0o640

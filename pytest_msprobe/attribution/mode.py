@@ -3,7 +3,7 @@
 Calls are named by the dumper's own naming (:class:`dumpers.torch_dump.naming.NamedCallMode`), so a name
 here is the name in dump.json and in the checker's and the compare's CSVs. A corrected call runs on its
 device as usual, then once more on the bench (CPU, raised precision: the checker's
-:func:`~pytest_msprobe.replay.raise_target` and :func:`~pytest_msprobe.replay.sides.copy_tensor`) on the same
+:func:`~pytest_msprobe.replay.raise_target` and :func:`~pytest_msprobe.replay.result.copy_tensor`) on the same
 input values; each floating-point output is given the bench's value rounded to the call's dtype, on the
 call's device, with the device output's layout. When the call is differentiated, its backward is the bench's
 too: the bench ran with its own graph, and the gradients of the call's inputs come from it, rounded to each
@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from dumpers.torch_dump import statcache
 from dumpers.torch_dump.naming import CallCounter, NamedCallMode
 
-from ..replay.sides import copy_tensor, raise_target
+from ..replay.result import copy_tensor, raise_target
 
 # APIs that draw random numbers: the bench would draw others, so "correct" has no meaning for them
 RANDOM_APIS = frozenset((

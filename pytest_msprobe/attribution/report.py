@@ -8,7 +8,7 @@ import sys
 from typing import Any, Optional
 
 from dumpers import atomic
-from dumpers.csvcell import format_cell, safe_text
+from dumpers.format import format_cell, safe_text
 
 from ..report.acc_csv import make_dirs, new_timestamp
 from .errors import verdict

@@ -5,7 +5,7 @@ from typing import Any
 
 from .mindspore_backends import MsCpuBackend
 from .recorded import RecordedBackend
-from .torch_backends import CpuBackend, CudaBackend, NpuBackend
+from .base import CpuBackend, CudaBackend, NpuBackend
 
 # the built-in backends, registered in this order
 BUILTIN = (CpuBackend, CudaBackend, NpuBackend, MsCpuBackend, RecordedBackend)

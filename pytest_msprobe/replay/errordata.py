@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from .sides import leaves
+from .result import leaves
 
 
 def save_error_data(directory: str, name: str, saved: dict) -> list:

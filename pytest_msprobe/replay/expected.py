@@ -40,7 +40,7 @@ def _numpy(t: Any) -> Any:
 def _float_leaves(value: Any) -> list:
     import torch
 
-    from .sides import leaves
+    from .result import leaves
     return [x for x in leaves(value) if isinstance(x, torch.Tensor) and x.is_floating_point()]
 
 
@@ -230,7 +230,7 @@ def _numpy_leaves(value: Any) -> list:
     """The floating-point tensors of a nested value as float numpy arrays (bf16/fp16 through float32)."""
     import torch
 
-    from .sides import leaves
+    from .result import leaves
     out = []
     for leaf in leaves(value):
         if isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or not leaf.is_complex()):

@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..devices.mindspore_backends import MsCpuBackend, is_ms_backend, mindspore, vjp
-from .sides import BENCH, Side, copy_tensor, first_grad, map_leaves, raise_target
-from .result import MULTI_BACKWARD_MESSAGE, exc_text
+from .result import BENCH, MULTI_BACKWARD_MESSAGE, Side, copy_tensor, exc_text, first_grad, map_leaves, raise_target
 
 FRAMEWORK = "mindspore"
 FP32_FALLBACK_NOTE = ("bench ran in float32, not float64: MindSpore's CPU kernel failed in float64 "
@@ -36,7 +35,7 @@ def to_ms(obj: Any) -> Any:
     MindSpore dtypes -> the dtype; containers walked; anything else as is."""
     import torch
 
-    from generators.entries import MindSporeDtype
+    from generators.dumpjson import MindSporeDtype
     ms = mindspore()
 
     def leaf(x: Any) -> Any:

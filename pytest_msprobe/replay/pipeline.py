@@ -16,20 +16,26 @@ from typing import Any
 
 from ..precision.verdict import WARNING, is_skip
 from .result import (
+    BENCH,
+    DEVICE,
     RANDOM_DATA,
     REAL_DATA,
+    Call,
     CaseResult,
     RunOptions,
+    Side,
     backward_messages,
     case_name,
+    copy_leaves,
     data_mode,
     error_result,
     exc_text,
+    item_seed,
     judge,
+    raise_target,
     skip_result,
 )
-from . import autocast
-from .sides import BENCH, DEVICE, Call, Side, copy_leaves, item_seed, raise_target
+from . import torch_adapter
 
 
 def run_side(adapter: Any, call: Call, role: str, raise_to: Any, backend: Any, index: int,
@@ -48,7 +54,7 @@ def run_side(adapter: Any, call: Call, role: str, raise_to: Any, backend: Any, i
     if role == BENCH:
         out = call.func(*args, **kwargs)
     else:
-        with autocast.device_context(call.autocast, backend):      # as training ran it (None: no autocast)
+        with torch_adapter.device_context(call.autocast, backend):      # as training ran it (None: no autocast)
             out = backend.call(call.func, args, kwargs)
     side = Side(out, [])
     if backward:
@@ -91,12 +97,12 @@ def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, optio
     plan = None
     if getattr(case, "backward", None) is not None and not messages and grad_output is not None:
         plan = adapter.backward_plan(case, args, kwargs)
-    amp = autocast.for_case(case, args, kwargs) if adapter.framework == "pytorch" else None
+    amp = torch_adapter.for_case(case, args, kwargs) if adapter.framework == "pytorch" else None
     call = Call(name, case.api, adapter.resolve(case), args, kwargs, grad_output, plan, item_seed(name, seed), amp)
     # bench: CPU, raised precision, never through a backend; under autocast from the inputs after its cast
     bench_call = call
     if amp is not None:
-        bench_args, bench_kwargs = autocast.after_cast(amp, case.api, args, kwargs)
+        bench_args, bench_kwargs = torch_adapter.after_cast(amp, case.api, args, kwargs)
         bench_call = dataclasses.replace(call, args=bench_args, kwargs=bench_kwargs)
     target = raise_target(bench_call.args, bench_call.kwargs, case.api)
     note = amp.note if amp is not None else ""
@@ -130,7 +136,7 @@ def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, optio
             cells = rec.fidelity(name, case.api, device, mapping, recording, call)
     bench_grads, dev_grads = list(bench.grads), list(device.grads)
     if amp is not None:
-        dev_grads = autocast.lowered_grads(amp, case.api, args, kwargs, dev_grads)
+        dev_grads = torch_adapter.lowered_grads(amp, case.api, args, kwargs, dev_grads)
     if bench.message or device.message:
         messages.append(bench.message or device.message)
         bench_grads, dev_grads = [], []
@@ -155,9 +161,8 @@ def adapter_for(case: Any) -> Any:
     """The framework adapter of a case (``case.framework``: pytorch or mindspore)."""
     if getattr(case, "framework", "pytorch") == "mindspore":
         from .mindspore_adapter import ADAPTER
-    else:
-        from .torch_adapter import ADAPTER
-    return ADAPTER
+        return ADAPTER
+    return torch_adapter.ADAPTER
 
 
 def run_case(case: Any, backend: Any, device_index: int, options: RunOptions) -> CaseResult:
@@ -194,7 +199,6 @@ def _warm_up() -> None:
     the first timed call is not charged for them."""
     import torch  # noqa: F401
 
-    import generators.apis  # noqa: F401
     import generators.inputs  # noqa: F401
     from dumpers import metrics_engine
 

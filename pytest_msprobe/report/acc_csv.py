@@ -25,13 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from dumpers import atomic
-from dumpers.format import parse_row_name
+from dumpers.format import DEFAULT_PRECISION, FORMULA_LEAD, format_cell, parse_row_name, safe_text
 
 from ..precision.standards import DEFAULT_STANDARD
 from ..precision.verdict import DEFAULT_FAIL_ON, is_failing  # is_failing: a result row's roll-up, for readers
 from .columns import (BLANK, DATA_MODE_COLUMN, DETAIL_METRIC_FIELDS, DETAILS_HEADER, EXPECTED_COLUMN,
                       FIDELITY_COLUMN, RESULT_HEADER)
-from dumpers.csvcell import DEFAULT_PRECISION, FORMULA_LEAD, format_cell, safe_text
 
 try:
     import fcntl

@@ -18,14 +18,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dumpers.format import parse_row_name
+from dumpers.format import format_cell, parse_row_name, safe_text
 
 from ..precision import apc_rules as R
 from ..precision.standards import DEFAULT_STANDARD, ERROR, SKIP, TOPK_HINT, StandardVersion
 from .columns import APC_DETAILS_HEADER, APC_RESULT_HEADER, BLANK
 from .details_table import (COPIED_COLUMNS, REQUIRED_COLUMNS, ApcInputError, DetailsTable, PathLike,
                             read_details)
-from dumpers.csvcell import format_cell, safe_text
 from .standard_detect import choose_standard, detect_standard
 
 __all__ = ["COPIED_COLUMNS", "REQUIRED_COLUMNS", "ApcInputError", "ApiVerdict", "CompareOutcome", "DetailsTable",

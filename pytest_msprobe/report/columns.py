@@ -1,7 +1,7 @@
 """Exact CSV headers of msprobe's files (code headers, spec precision-standard.md sections 5.7 and 6.2)."""
 from __future__ import annotations
 
-from dumpers.csvcell import BLANK  # noqa: F401  (msprobe's SPACE: an unused cell holds one ASCII space)
+from dumpers.format import BLANK  # noqa: F401  (msprobe's SPACE: an unused cell holds one ASCII space)
 
 from ..precision.fields import DETAIL_METRIC_FIELDS
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Union
 
 from .columns import DETAILS_HEADER
-from dumpers.csvcell import format_cell
+from dumpers.format import format_cell
 
 PathLike = Union[str, Path]
 

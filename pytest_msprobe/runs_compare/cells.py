@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dumpers.csvcell import FORMULA_LEAD
+from dumpers.format import FORMULA_LEAD
 
 NA, NAN_TEXT, INF, NEG_INF, DIFF, ZERO = "N/A", "Nan", "inf", "-inf", "Diff", "0"
 UNSUPPORTED, SHAPE_UNMATCHED = "unsupported", "shape unmatched"

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from dumpers.csvcell import FORMULA_LEAD
+from dumpers.format import FORMULA_LEAD
 
 from ..precision.verdict import ERROR, PASS, WARNING
 from . import cells, floattext, table, xframework

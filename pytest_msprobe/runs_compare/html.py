@@ -104,11 +104,11 @@ def first_nodes(diff_json: str | None, problems: list) -> list:
     cannot be read, or a node without an ``op_name``, is left out with one line in ``problems``."""
     if not diff_json:
         return []
-    from generators import jsonsafe
+    from generators import dumpjson
 
     try:
-        doc = json.loads(jsonsafe.read_text(diff_json))
-    except (jsonsafe.JSONFileError, ValueError, RecursionError) as exc:
+        doc = json.loads(dumpjson.read_text(diff_json))
+    except (dumpjson.JSONFileError, ValueError, RecursionError) as exc:
         problems.append(f"{diff_json}: not read ({exc}); pass the diff_analyze_*.json written by compare -da")
         return []
     out = []

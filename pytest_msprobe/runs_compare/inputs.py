@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dumpers import format as fmt
-from generators import jsonsafe
+from generators import dumpjson
 from generators.loader import unfinished_error
-from generators.paths import resolve_tensor_dir
+from generators.tensorfile import resolve_tensor_dir
 
 RANK_DIR = re.compile(r"^rank(0|[1-9][0-9]*)?$")
 PROC_DIR = re.compile(r"^proc[0-9]+$")
@@ -132,18 +132,18 @@ def _stack_map(raw: Any) -> dict:
 
 def _load_json(path: str, max_bytes: int, text: str | None = None) -> Any:
     if text is None:
-        text = jsonsafe.read_text(path, max_bytes=max_bytes)
+        text = dumpjson.read_text(path, max_bytes=max_bytes)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise jsonsafe.JSONFileError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno} column "
+        raise dumpjson.JSONFileError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno} column "
                                      f"{exc.colno}); re-copy it, or rebuild it with 'pytest-msprobe repair-dump'"
                                      ) from None
     except RecursionError:
-        raise jsonsafe.JSONFileError(f"{path} nests JSON too deeply to be a dump file") from None
+        raise dumpjson.JSONFileError(f"{path} nests JSON too deeply to be a dump file") from None
 
 
-def read_side(dump_json: str, *, max_bytes: int = jsonsafe.DEFAULT_MAX_JSON_BYTES) -> Side:
+def read_side(dump_json: str, *, max_bytes: int = dumpjson.DEFAULT_MAX_JSON_BYTES) -> Side:
     """One side of a pair, read and checked as a whole.
 
     Raises:
@@ -153,9 +153,9 @@ def read_side(dump_json: str, *, max_bytes: int = jsonsafe.DEFAULT_MAX_JSON_BYTE
     if os.path.isfile(os.path.join(rank_dir, fmt.JOURNAL)):
         raise CompareInputError(str(unfinished_error(rank_dir, [rank_dir])))
     try:
-        text = jsonsafe.read_text(dump_json, max_bytes=max_bytes)
+        text = dumpjson.read_text(dump_json, max_bytes=max_bytes)
         doc = _load_json(dump_json, max_bytes, text)
-    except jsonsafe.JSONFileError as exc:
+    except dumpjson.JSONFileError as exc:
         raise CompareInputError(str(exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
         raise CompareInputError(f"{dump_json}: not a dump.json (the top level must be an object with a 'data' "
@@ -167,7 +167,7 @@ def read_side(dump_json: str, *, max_bytes: int = jsonsafe.DEFAULT_MAX_JSON_BYTE
     if os.path.isfile(stack_path):
         try:
             stack = _stack_map(_load_json(stack_path, max_bytes))
-        except jsonsafe.JSONFileError as exc:
+        except dumpjson.JSONFileError as exc:
             problems.append(f"{exc}; the call stacks are left out")
             stack = {}
     construct: dict = {}
@@ -176,7 +176,7 @@ def read_side(dump_json: str, *, max_bytes: int = jsonsafe.DEFAULT_MAX_JSON_BYTE
         try:
             loaded = _load_json(construct_path, max_bytes)
             construct = loaded if isinstance(loaded, dict) else {}
-        except jsonsafe.JSONFileError as exc:
+        except dumpjson.JSONFileError as exc:
             problems.append(f"{exc}; the module paths are left out")
     task = doc.get("task")
     framework = doc.get("framework") if doc.get("framework") in ("pytorch", "mindspore") else "pytorch"

@@ -41,7 +41,7 @@ def _tensor_loader(side: Side) -> Callable:
         import numpy as np
         import torch
 
-        from generators.real_data import load_tensor_file
+        from generators.tensorfile import load_tensor_file
         if side.tensor_dir is None:
             raise FileNotFoundError(side.tensor_problem or "no tensor directory")
         tensor = load_tensor_file(side.tensor_dir, row.item, max_bytes=MAX_TENSOR_BYTES).detach()

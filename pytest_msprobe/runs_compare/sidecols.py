@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from dumpers.csvcell import FORMULA_LEAD
+from dumpers.format import FORMULA_LEAD
 
 from .rows import Row
 

@@ -18,7 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Callable
 
-from generators import jsonsafe
+from generators import dumpjson
 
 from .inputs import Pair, Side, read_side
 from .rows import dump_rows
@@ -73,7 +73,7 @@ def _usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def read_listed(pair: Pair, *, min_bytes: int | None = None, max_bytes: int = jsonsafe.DEFAULT_MAX_JSON_BYTES,
+def read_listed(pair: Pair, *, min_bytes: int | None = None, max_bytes: int = dumpjson.DEFAULT_MAX_JSON_BYTES,
                 meanwhile: Callable[[], None] | None = None) -> Listed | None:
     """Both sides of ``pair`` read and listed in two processes, when the smaller dump.json has at least
     ``min_bytes`` (default :data:`PROCESS_MIN_BYTES`) and both are statistics dumps; None otherwise, or when a

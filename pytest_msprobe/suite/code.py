@@ -27,7 +27,7 @@ def literal(text: str) -> str:
 
 def _describe(value: Any, depth: int = 0) -> str:
     """A short description of one dumped argument: ``float32[8, 16]``, ``-1``, ``None``, ``[...]``."""
-    from generators import entries
+    from generators import dumpjson
     if value is None:
         return "None"
     if isinstance(value, list):
@@ -37,7 +37,7 @@ def _describe(value: Any, depth: int = 0) -> str:
         return "[" + ", ".join(parts) + (", ..." if len(value) > _MAX_ITEMS else "") + "]"
     if not isinstance(value, dict):
         return repr(value)
-    if entries.is_tensor_item(value):
+    if dumpjson.is_tensor_item(value):
         dtype = fmt.canonical_dtype(value.get("dtype")) or str(value.get("dtype"))
         return f"{dtype}[{','.join(str(n) for n in value.get('shape') or [])}]"
     if "type" in value:
@@ -67,13 +67,13 @@ def signature(case: Any) -> str:
 
 def standards_of(case: Any, version: str) -> str:
     """The precision standard(s) that judge the call's float outputs, e.g. ``absolute``."""
-    from generators import entries
+    from generators import dumpjson
 
     from ..precision.standards import FLOAT_DTYPES, standard_for
     found = []
     for part in (case.forward or {}, case.backward or {}):
         outputs = part.get(fmt.OUTPUT) if isinstance(part, dict) else None
-        for _, item in entries.iter_tensor_items(outputs):
+        for _, item in dumpjson.iter_tensor_items(outputs):
             dtype = f"torch.{fmt.canonical_dtype(item.get('dtype'))}"
             name = standard_for(case.api, version, dtype) if dtype in FLOAT_DTYPES else "exact (non-float)"
             if name not in found:

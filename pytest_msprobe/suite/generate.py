@@ -41,12 +41,12 @@ from .plan import (
 
 def input_tensor_items(case: Any) -> list:
     """The tensor items whose files the call's inputs need: args, kwargs, the output gradient."""
-    from generators import entries
+    from generators import dumpjson
     fwd = case.forward or {}
     items = [item for part in (fmt.INPUT_ARGS, fmt.INPUT_KWARGS)
-             for _, item in entries.iter_tensor_items(fwd.get(part))]
+             for _, item in dumpjson.iter_tensor_items(fwd.get(part))]
     grads = (case.backward or {}).get(fmt.INPUT) or []
-    if grads and entries.is_tensor_item(grads[0]):
+    if grads and dumpjson.is_tensor_item(grads[0]):
         items.append(grads[0])
     return items
 
@@ -57,7 +57,7 @@ def check_real_data(selected: Sequence[Selected], dump_json: str) -> list:
     Raises:
         GenerateError: a call without tensor files (a statistics dump) or a missing file; suggests --random.
     """
-    from generators.paths import PathRefused, safe_join
+    from generators.tensorfile import PathRefused, safe_join
     from generators.recorded import recorded_files
     needed: dict = {}
     for sel in selected:
@@ -134,11 +134,11 @@ def _strip_data_names(obj: Any) -> Any:
 
 def mini_dump(plan: Plan, with_files: bool = True) -> dict:
     """The dump.json of the suite: the selected entries only, in the source dump's order."""
-    from generators import jsonsafe
-    doc = jsonsafe.load_file(plan.dump_json)
+    from generators import dumpjson
+    doc = dumpjson.load_file(plan.dump_json)
     wanted = {s.case.call_name for s in plan.selected}
     data = doc.get("data") or {}
-    pairs = data.pairs if isinstance(data, jsonsafe.DuplicateKeyDict) else list(data.items())
+    pairs = data.pairs if isinstance(data, dumpjson.DuplicateKeyDict) else list(data.items())
     kept: dict = {}
     for key, entry in pairs:
         try:
