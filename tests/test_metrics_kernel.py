@@ -209,7 +209,7 @@ def test_kept_relative_errors_in_order_whatever_the_masked_pattern():
 @pytest.mark.parametrize("bufsize", [8192, 4096])
 def test_fused_float64_sums_are_numpys_bits(dtype, n, bufsize):
     """The kernel's float64 sums (of |x - y|, |x|, x) equal numpy's, bit for bit, for any buffer size."""
-    from dumpers import metrics_kernel as K
+    from dumpers import metrics_sums as K
     rng = np.random.default_rng(n)
     x = (rng.standard_normal(n) * rng.uniform(0.1, 1e3, n)).astype(dtype)
     y = (x + rng.standard_normal(n) * 1e-3).astype(dtype)
@@ -232,7 +232,7 @@ def test_fused_float64_sums_are_numpys_bits(dtype, n, bufsize):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [0, 5, 8, 100, 129, 8193, 20000])
 def test_fused_abs_and_value_sums_are_numpys_bits(dtype, n):
-    from dumpers import metrics_kernel as K
+    from dumpers import metrics_sums as K
     x = (np.random.default_rng(n).standard_normal(n) * 300).astype(dtype)
     a, v = K.abs_value_sums(x, np.getbufsize())
     assert (a, v) == (float(np.abs(x).sum(dtype=np.float64)), float(x.sum(dtype=np.float64)))

@@ -175,7 +175,7 @@ def _profile_array(x: Any) -> _Profile:
     n = int(a.size)
     if n == 0:
         return _Profile(0, tuple(a.shape), 0.0, 0.0, 0.0, 0.0)
-    from dumpers import metrics_kernel as K
+    from dumpers import metrics_sums as K
     flat = a.reshape(-1)
     sq = absum = total = peak = 0.0
     run = np.getbufsize()
@@ -290,7 +290,7 @@ def observe(a: Any, b: Any) -> Observed:
     if fa.shape != fb.shape:
         raise ValueError(f"observe: sizes differ ({fa.size} and {fb.size} elements)")
     n = int(fa.size)
-    from dumpers import metrics_kernel as K
+    from dumpers import metrics_sums as K
     peak = total = 0.0
     bad = 0
     run = np.getbufsize()
