@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dumpers.metrics_kernel import _inline, _jit, _key, _unkey
+from dumpers.metrics_kernel import _inline, _jit, _key, _load, _unkey
 
 T_ABS_DIFF, T_ABS, T_VALUE = 0, 1, 2
 
@@ -86,66 +86,82 @@ def abs_diff_max(x, y):
     return _unkey(k)
 
 
+@_inline
+def _value(x, i):
+    """Element ``i`` as float64 (float16 and bfloat16 bits widened as the metric pass widens them)."""
+    return np.float64(_load(x, i))
+
+
 @_jit
-def abs_max(x):
-    """max |x| as float64 (NaN propagates; -1.0 for an empty array)."""
+def _pairwise_magnitudes(x, lo, n):
+    """(numpy's pairwise sums of x**2, |x|, x; the key of max |x|) over ``lo .. lo + n - 1``, in one read."""
     k = np.int64(-1)
-    for i in range(x.shape[0]):
-        k = max(k, _key(np.float64(x[i])))
-    return _unkey(k)
-
-
-@_jit
-def _pairwise_abs_value(x, lo, n):
-    """(numpy's pairwise sum of |x|, of x) over ``lo .. lo + n - 1``, both in one read, as float64."""
     if n < 8:
-        a = v = -0.0
+        q = a = v = -0.0
         for i in range(lo, lo + n):
-            t = np.float64(x[i])
+            t = _value(x, i)
+            q += t * t
             a += abs(t)
             v += t
-        return a, v
+            k = max(k, _key(t))
+        return q, a, v, k
     if n <= 128:
-        v0, v1, v2, v3 = np.float64(x[lo]), np.float64(x[lo + 1]), np.float64(x[lo + 2]), np.float64(x[lo + 3])
-        v4, v5, v6, v7 = np.float64(x[lo + 4]), np.float64(x[lo + 5]), np.float64(x[lo + 6]), np.float64(x[lo + 7])
+        v0, v1, v2, v3 = _value(x, lo), _value(x, lo + 1), _value(x, lo + 2), _value(x, lo + 3)
+        v4, v5, v6, v7 = _value(x, lo + 4), _value(x, lo + 5), _value(x, lo + 6), _value(x, lo + 7)
+        q0, q1, q2, q3, q4, q5, q6, q7 = v0 * v0, v1 * v1, v2 * v2, v3 * v3, v4 * v4, v5 * v5, v6 * v6, v7 * v7
         a0, a1, a2, a3, a4, a5, a6, a7 = abs(v0), abs(v1), abs(v2), abs(v3), abs(v4), abs(v5), abs(v6), abs(v7)
+        k = max(max(max(_key(v0), _key(v1)), max(_key(v2), _key(v3))),
+                max(max(_key(v4), _key(v5)), max(_key(v6), _key(v7))))
         stop = n - n % 8
         i = 8
         while i < stop:
             j = lo + i
-            t0, t1, t2, t3 = np.float64(x[j]), np.float64(x[j + 1]), np.float64(x[j + 2]), np.float64(x[j + 3])
-            t4, t5, t6, t7 = np.float64(x[j + 4]), np.float64(x[j + 5]), np.float64(x[j + 6]), np.float64(x[j + 7])
+            t0, t1, t2, t3 = _value(x, j), _value(x, j + 1), _value(x, j + 2), _value(x, j + 3)
+            t4, t5, t6, t7 = _value(x, j + 4), _value(x, j + 5), _value(x, j + 6), _value(x, j + 7)
+            q0, q1, q2, q3 = q0 + t0 * t0, q1 + t1 * t1, q2 + t2 * t2, q3 + t3 * t3
+            q4, q5, q6, q7 = q4 + t4 * t4, q5 + t5 * t5, q6 + t6 * t6, q7 + t7 * t7
             v0, v1, v2, v3, v4, v5, v6, v7 = v0 + t0, v1 + t1, v2 + t2, v3 + t3, v4 + t4, v5 + t5, v6 + t6, v7 + t7
             a0, a1, a2, a3 = a0 + abs(t0), a1 + abs(t1), a2 + abs(t2), a3 + abs(t3)
             a4, a5, a6, a7 = a4 + abs(t4), a5 + abs(t5), a6 + abs(t6), a7 + abs(t7)
+            k = max(k, max(max(max(_key(t0), _key(t1)), max(_key(t2), _key(t3))),
+                           max(max(_key(t4), _key(t5)), max(_key(t6), _key(t7)))))
             i += 8
+        q = ((q0 + q1) + (q2 + q3)) + ((q4 + q5) + (q6 + q7))
         a = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
         v = ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7))
         while i < n:
-            t = np.float64(x[lo + i])
+            t = _value(x, lo + i)
+            q += t * t
             a += abs(t)
             v += t
+            k = max(k, _key(t))
             i += 1
-        return a, v
+        return q, a, v, k
     n2 = n // 2
     n2 -= n2 % 8
-    a, v = _pairwise_abs_value(x, lo, n2)
-    b, w = _pairwise_abs_value(x, lo + n2, n - n2)
-    return a + b, v + w
+    q, a, v, k = _pairwise_magnitudes(x, lo, n2)
+    r, b, w, m = _pairwise_magnitudes(x, lo + n2, n - n2)
+    return q + r, a + b, v + w, max(k, m)
 
 
 @_jit
-def abs_value_sums(x, run):
-    """(numpy's float64 sum of |x|, of x) in one read, handed over in runs of ``run`` elements (0: one run):
-    ``np.abs(x).sum(dtype=np.float64)`` and ``x.sum(dtype=np.float64)`` bit for bit."""
+def magnitude_sums(x, run):
+    """(sum of x**2, of |x|, of x, max |x|) in float64, in one read of ``x`` (float32, float64, or the bits of
+    float16 as uint16 and of bfloat16 as int16, widened exactly), the sums handed over in runs of ``run``
+    elements (0: one run) as numpy hands a float64 sum its runs: ``np.square(v, dtype=np.float64).sum()``,
+    ``np.abs(v).sum(dtype=np.float64)``, ``v.sum(dtype=np.float64)`` and ``np.abs(v).max()`` of the values
+    ``v`` bit for bit (NaN propagates into every figure; the maximum is -1.0 for an empty array)."""
     n = x.shape[0]
     step = n if run <= 0 else run
-    a = v = 0.0
+    q = a = v = 0.0
+    k = np.int64(-1)
     start = 0
     while start < n:
         m = min(step, n - start)
-        s, t = _pairwise_abs_value(x, start, m)
+        r, s, t, top = _pairwise_magnitudes(x, start, m)
+        q += r
         a += s
         v += t
+        k = max(k, top)
         start += m
-    return a, v
+    return q, a, v, _unkey(k)

@@ -56,38 +56,54 @@ class Profile:
 
 # dtypes the compiled sums take (as float64 values, summed in numpy's order: its bits)
 _FUSED = (np.dtype(np.float32), np.dtype(np.float64))
+# ... and the bits they widen themselves: float16 as uint16, bfloat16 as int16
+_BITS = {"torch.bfloat16": "int16", "torch.float16": "uint16"}
+
+
+def _flat_for_sums(x: Any) -> np.ndarray:
+    """A flat numpy array :func:`dumpers.metrics_sums.magnitude_sums` reads: float32/float64 values, or the
+    bits of float16 (uint16) and bfloat16 (int16) values, no converted copy; other dtypes as float64."""
+    if hasattr(x, "detach"):
+        t = x.detach().cpu().reshape(-1)
+        bits = _BITS.get(str(t.dtype))
+        if bits is not None:
+            import torch
+            return t.view(getattr(torch, bits)).numpy()
+        x = t.numpy()
+    a = np.asarray(x).reshape(-1)
+    if a.dtype == np.float16:
+        return a.view(np.uint16)
+    return a if a.dtype in _FUSED else a.astype(np.float64)
+
+
+def _values(bits: np.ndarray) -> np.ndarray:
+    """The float values of an array :func:`_flat_for_sums` made (bits widened to float32)."""
+    if bits.dtype == np.int16:
+        return (bits.astype(np.int32) << 16).view(np.float32)
+    return bits.view(np.float16).astype(np.float32) if bits.dtype == np.uint16 else bits
 
 
 def profile_array(x: Any) -> Profile:
-    """The magnitudes of a numpy array or a torch tensor (bfloat16 and float16 through float32)."""
-    if hasattr(x, "detach"):
-        x = x.detach().cpu()
-        x = (x.float() if str(x.dtype) in ("torch.bfloat16", "torch.float16") else x).numpy()
-    a = np.asarray(x)
-    n = int(a.size)
+    """The magnitudes of a numpy array or a torch tensor (float16 and bfloat16 read as their bits): numpy's
+    float64 sums of the squares, magnitudes and values of the finite elements, and their largest magnitude."""
+    shape = tuple(np.shape(x))
+    flat = _flat_for_sums(x)
+    n = int(flat.size)
     if n == 0:
-        return Profile(0, tuple(a.shape), 0.0, 0.0, 0.0, 0.0)
+        return Profile(0, shape, 0.0, 0.0, 0.0, 0.0)
     from dumpers import metrics_sums as K
-    flat = a.reshape(-1)
     sq = absum = total = peak = 0.0
     run = np.getbufsize()
     for start in range(0, n, 1 << 20):
         c = flat[start:start + (1 << 20)]
-        if c.dtype.kind != "f" or c.dtype.itemsize < 4:
-            c = c.astype(np.float64 if c.dtype.kind != "f" else np.float32)
-        with np.errstate(over="ignore", invalid="ignore"):   # an overflow in float32 takes the slow path
-            if c.dtype in _FUSED:                             # both sums in one compiled read, then the maximum
-                part = (float(np.dot(c, c)), *K.abs_value_sums(c, run), K.abs_max(c))
-            else:
-                mag = np.abs(c)
-                part = (float(np.dot(c, c)), float(mag.sum(dtype=np.float64)), float(c.sum(dtype=np.float64)),
-                        float(mag.max()))
+        part = K.magnitude_sums(c, run)
         if not all(math.isfinite(v) for v in part):        # rare: leave the non-finite elements out
+            c = _values(c)
             c = c[np.isfinite(c)].astype(np.float64)
             mag = np.abs(c)
-            part = (float(np.dot(c, c)), float(mag.sum()), float(c.sum()), float(mag.max()) if c.size else 0.0)
+            part = (float(np.square(c).sum()), float(mag.sum()), float(c.sum()), float(mag.max()) if c.size else 0.0)
         sq, absum, total, peak = sq + part[0], absum + part[1], total + part[2], max(peak, part[3])
-    return Profile(n, tuple(a.shape), math.sqrt(sq / n), peak, absum / n, total / n)
+    return Profile(n, shape, math.sqrt(sq / n), peak, absum / n, total / n)
 
 
 class LazyProfile:
