@@ -6,6 +6,12 @@ depend on the order of the elements: counts, NaN-propagating maxima, the masked 
 (in order), the ULP errors and the float64 copies the cosine's dot products read. :mod:`dumpers.metrics_engine`
 sums those arrays with numpy (``np.sum``, ``np.einsum``), so the sums keep numpy's own order and bits.
 
+One group is no metric of the standard: the figures of the Error / Expected column (``FIGURES``, :func:`_figures`):
+the device output's magnitudes and its observed error against the bench, the same terms as the reference
+functions the tests hold them to (``observe`` and the tensor magnitudes of
+``pytest_msprobe.precision.expected_error_figures``, summed in numpy's order by :mod:`dumpers.metrics_sums`),
+summed in the vector lanes in the pass instead: within a stated bound of the reference, not its bits.
+
 Every operation is done in the numpy type the reference computes it in: float32 and float64 natively, so a loop
 is the reference's per-element arithmetic, branch-free and vectorised; float16 (numba has none) on float32 values
 rounded to float16 after each operation, which is exact (a float32 result of one +, -, * or / of float16 values
@@ -24,7 +30,7 @@ from numba import types
 from numba.extending import intrinsic, overload
 
 # metric groups
-LEGACY, BINARY, SMALL, ABSOLUTE, ULP, AGREE, CLASS_MATCH = 1, 2, 4, 8, 16, 32, 64
+LEGACY, BINARY, SMALL, ABSOLUTE, ULP, AGREE, CLASS_MATCH, FIGURES = 1, 2, 4, 8, 16, 32, 64, 128
 # par: eps, t0, t1, t2, sv, sv_atol, a_sv, a_atol, a_rtol, a_hi, ulp_min_eb, ulp_exp, ulp_thr
 (P_EPS, P_T0, P_T1, P_T2, P_SV, P_SV_ATOL, P_A_SV, P_A_ATOL, P_A_RTOL, P_A_HI, P_MIN_EB, P_EXP, P_THR) = range(13)
 N_PAR = 13
@@ -35,9 +41,15 @@ N_CNT = 19
 # mx: maxima (NaN propagates); each slot starts at -1 ("none yet"), every value it takes is >= 0 or NaN
 M_AE, M_B, M_D, M_RE, M_ULP = range(5)
 N_MAX = 5
+# fig (FIGURES): the device's finite elements' sums of squares, magnitudes and values and their largest magnitude;
+# the observed error |d - b|: its largest value and sum, and how many non-finite positions mismatch
+F_SQ, F_ABS, F_SUM, F_PEAK, F_ERR_MAX, F_ERR_SUM, F_ERR_BAD = range(7)
+N_FIG = 7
 
 _jit = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy")
 _inline = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy", inline="always")
+# float additions may be reassociated (the sums of FIGURES only): LLVM then keeps one accumulator per vector lane
+_reassoc = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy", fastmath={"reassoc"})
 
 
 def _bitcast(src: types.Type, dst: types.Type, dst_ir: ir.Type):
@@ -245,12 +257,13 @@ def _ulp_slow(bc, dc, zc, min_eb, exp_num):
 
 
 @_jit
-def chunk_pass(b, d, flags, par, sq, re, b64, d64, ulp, cnt, mx):
+def chunk_pass(b, d, flags, par, sq, re, b64, d64, ulp, cnt, mx, fig):
     """One chunk: ``b``/``d`` bench and device (float64, float32, float16 bits as uint16, bfloat16 bits as int16),
     ``flags`` the groups, ``par`` the parameters. Writes ``sq`` (masked squares), ``re`` (kept relative errors,
     compacted), ``b64``/``d64`` (float64 copies for the dot products, agreed non-finite positions zeroed), ``ulp``
-    (ULP errors, in the ULP compute type: its element type); adds to ``cnt`` and ``mx``; returns how many relative
-    errors were kept. The types follow from the arrays' element types: constants of each compiled version."""
+    (ULP errors, in the ULP compute type: its element type); adds to ``cnt``, ``mx`` and (FIGURES) ``fig``; returns
+    how many relative errors were kept. The types follow from the arrays' element types: constants of each
+    compiled version."""
     n = b.shape[0]
     zb, zd = _type_of(b), _type_of(d)
     zae = _wider(zb, zd)                         # numpy's result type of bench and device
@@ -264,6 +277,8 @@ def chunk_pass(b, d, flags, par, sq, re, b64, d64, ulp, cnt, mx):
     agreed = _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, cnt, mx) if flags & (LEGACY | BINARY) else 0
     if agreed and flags & LEGACY:
         _copies(b, d, zb, zd, zae, True, b64, d64)    # the agreed non-finite positions zeroed
+    if flags & FIGURES:
+        _figures(b, d, fig)
     if flags & SMALL:
         kept = _small(b, d, zb, zd, zae, eps, _rnd(par[P_SV], zb), _rnd(par[P_SV_ATOL], zae), sq, re, cnt, mx)
     if flags & ABSOLUTE:
@@ -315,6 +330,43 @@ def _copies(b, d, zb, zd, zae, agreed, b64, d64):
         bt = _rnd(bv, zd)
         zero = ~_finite(_rnd(dv - bv, zae)) & (((dv != dv) & (bt != bt)) | (dv == bt))
         b64[i], d64[i] = (_rnd(0.0, zb) if zero else bv), (_rnd(0.0, zd) if zero else dv)
+
+
+@_reassoc
+def _figures(b, d, fig):
+    """The figures of the Error / Expected column, from the exact float64 values of device ``x`` and bench ``y``:
+    the sums of x**2, |x| and x and the largest |x| over the finite ``x`` (the others left out); the largest and
+    the sum of |x - y| where both are finite, and the count of the other positions unless both are NaN or both
+    the same infinity (a mismatch: the caller makes the error infinite). The terms are those of the reference
+    (:mod:`dumpers.metrics_sums`, ``pytest_msprobe.precision.expected_error_figures``); only the order of the
+    additions differs: reassociated into the vector lanes here, chunk sums added in order by the caller. Any order
+    of ``m`` additions errs by at most ``gamma(m) = m u / (1 - m u)`` times the sum of the terms' magnitudes
+    (``u = 2**-53``), plus ``u`` per term where the term is rounded (x**2 of a float64, x - y), so a sum over
+    ``n`` elements in chunks of ``c`` is within ``gamma(min(n, c) + ceil(n / c) + 1)`` of the exact one
+    relative to that: below 2e-11 for chunks of 2**16 and up to 2**32 elements."""
+    sq = ab = sm = es = 0.0
+    k_d = k_e = np.int64(0)                   # the key of 0.0
+    bad = np.int32(0)
+    for i in range(b.shape[0]):
+        x, y = np.float64(_load(d, i)), np.float64(_load(b, i))
+        fx, fy = _finite(x), _finite(y)
+        xf = x if fx else 0.0
+        sq += xf * xf
+        ab += abs(xf)
+        sm += xf
+        k_d = max(k_d, _key(xf))
+        both = fx & fy
+        e = abs(x - y) if both else 0.0
+        es += e
+        k_e = max(k_e, _key(e))
+        bad = _inc(bad, ~both & (x != y) & ((x == x) | (y == y)))   # not finite, not the same inf, not both NaN
+    fig[F_SQ] += sq
+    fig[F_ABS] += ab
+    fig[F_SUM] += sm
+    fig[F_PEAK] = max(fig[F_PEAK], _unkey(k_d))
+    fig[F_ERR_SUM] += es
+    fig[F_ERR_MAX] = max(fig[F_ERR_MAX], _unkey(k_e))
+    fig[F_ERR_BAD] += bad
 
 
 @_jit

@@ -48,7 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from .expected_error_figures import LazyProfile, Observed, Profile, TensorStat, observe, profile_array, profile_stat
+from .expected_error_figures import (LazyProfile, Observed, Profile, TensorStat, from_pass, observe, profile_array,
+                                     profile_stat)
 from .expected_error_ops import (ATTENTION, EXP_LIKE, GEMM, LANE_REDUCTIONS, MEANS, NORM, OPERANDS_FROM_1,
                                  REDUCTION, SOFTMAX, TRANSCENDENTAL, base_name, op_family, reduction_length)
 
@@ -56,8 +57,9 @@ _length = reduction_length          # the functions below take a parameter of th
 
 __all__ = ["BEYOND_ROUNDING", "ELEMENTWISE_ULPS", "EXACT", "GEMM_BLOCK", "LAMBDA_MARGIN", "NORM_ULPS",
            "REDUCTION_BLOCK", "SOFTMAX_ULPS", "TRANSCENDENTAL_ULPS", "VECTOR_LANES", "WITHIN", "WITHIN_ROUNDING",
-           "Expected", "Observed", "TensorStat", "classify", "expected_error", "expected_error_from_stats",
-           "multiple", "observe", "op_family", "reduction_length", "unit_roundoff", "with_measurement"]
+           "Expected", "Observed", "Profile", "TensorStat", "classify", "expected_error",
+           "expected_error_from_stats", "from_pass", "multiple", "observe", "op_family", "reduction_length",
+           "unit_roundoff", "with_measurement"]
 
 # --- classification ----------------------------------------------------------------------------------------
 WITHIN = 2.0                 # a multiple up to this is within the rounding of a correct kernel
@@ -353,7 +355,8 @@ def expected_error(api_name: str, dtype: Any, inputs: Sequence, output: Any, *,
         api_name: base or dump name of the API (``linear``, ``Functional.conv2d.0``).
         dtype: the output's dtype as the kernel produced it (``torch.bfloat16``, ``"float32"``, ...).
         inputs: the call's tensor arguments in order (positional then keyword); non-arrays are skipped.
-        output: this output (for ``direction="backward"``: the gradient of input ``index``).
+        output: this output (for ``direction="backward"``: the gradient of input ``index``), or its magnitudes
+            measured already (a :class:`Profile`, e.g. from the metric pass: :func:`from_pass`).
         kwargs: non-tensor arguments by name (``dim``, ``normalized_shape``...), for the reduction length.
         reduction_length: overrides :func:`reduction_length`.
         direction, index, grad_output: a gradient row: which input's gradient, and the output gradient fed.
@@ -365,7 +368,7 @@ def expected_error(api_name: str, dtype: Any, inputs: Sequence, output: Any, *,
     memo = cache if cache is not None else {}
     arrays = [a for a in inputs if isinstance(a, np.ndarray) or (hasattr(a, "shape") and hasattr(a, "dtype")
                                                                     and not isinstance(a, (str, bytes)))]
-    out = profile_array(output)
+    out = output if isinstance(output, Profile) else profile_array(output)
     grad = LazyProfile(grad_output, memo) if grad_output is not None else None
     n = reduction_length if reduction_length is not None else _length(
         api_name, [a.shape for a in arrays], kwargs, output_shape=out.shape, direction=direction, index=index,

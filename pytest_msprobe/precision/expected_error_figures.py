@@ -2,8 +2,12 @@
 or of dump statistics) and the observed difference of two (:class:`Observed`).
 
 Part of :mod:`.expected_error` (which re-exports :class:`TensorStat`, :class:`Observed` and :func:`observe`);
-pure, no I/O. The figures of arrays are numpy's float64 sums in numpy's order (the compiled reads of
-:mod:`dumpers.metrics_sums`).
+pure, no I/O. Two sources of the same figures: :func:`profile_array` and :func:`observe` read arrays and sum in
+numpy's order, bit for bit (the compiled reads of :mod:`dumpers.metrics_sums`): the reference, and what a row
+the metric pass did not measure takes; :func:`from_pass` takes the figures the metric pass measured while it
+read a device output and its bench (:class:`dumpers.metrics_engine.Figures`: the same terms summed in the
+pass's order, held to the reference by tests/test_expected_error_figures.py), so the Error / Expected column
+needs no read of its own.
 """
 from __future__ import annotations
 
@@ -101,7 +105,9 @@ def profile_array(x: Any) -> Profile:
             c = _values(c)
             c = c[np.isfinite(c)].astype(np.float64)
             mag = np.abs(c)
-            part = (float(np.square(c).sum()), float(mag.sum()), float(c.sum()), float(mag.max()) if c.size else 0.0)
+            with np.errstate(over="ignore"):                  # squares beyond float64's range: inf, as the pass
+                part = (float(np.square(c).sum()), float(mag.sum()), float(c.sum()),
+                        float(mag.max()) if c.size else 0.0)
         sq, absum, total, peak = sq + part[0], absum + part[1], total + part[2], max(peak, part[3])
     return Profile(n, shape, math.sqrt(sq / n), peak, absum / n, total / n)
 
@@ -180,3 +186,18 @@ def observe(a: Any, b: Any) -> Observed:
     if bad:
         return Observed(math.inf, math.inf, bad)
     return Observed(peak, total / n if n else 0.0, 0)
+
+
+def from_pass(figures: Any, shape: tuple) -> tuple:
+    """``(Profile, Observed)`` of a device output against its bench from what the metric pass measured while it
+    read them (:class:`dumpers.metrics_engine.Figures`): what :func:`profile_array` of the output and
+    :func:`observe` of the two give, the same terms summed in the pass's order (within the bound of
+    ``dumpers.metrics_kernel._figures``, about 1e-11 relative, where the reference sums in numpy's order)."""
+    n = int(figures.n)
+    if n == 0:
+        return Profile(0, tuple(shape), 0.0, 0.0, 0.0, 0.0), Observed(0.0, 0.0, 0)
+    profile = Profile(n, tuple(shape), math.sqrt(figures.sq_sum / n), figures.max_abs, figures.abs_sum / n,
+                      figures.value_sum / n)
+    bad = int(figures.err_mismatched)
+    observed = Observed(math.inf, math.inf, bad) if bad else Observed(figures.err_max, figures.err_sum / n, 0)
+    return profile, observed
