@@ -349,7 +349,8 @@ def expected_error(api_name: str, dtype: Any, inputs: Sequence, output: Any, *,
                    direction: str = "forward", index: int = 0, grad_output: Any = None,
                    input_dtype: Any = None, input_rel_error: float = 0.0, cache: dict | None = None) -> Expected:
     """The expected error of one output of a call, from full tensors (numpy arrays, bf16 as float32, or torch
-    tensors: an input's is converted only where the model needs its magnitudes).
+    tensors, bfloat16 and float16 read as their bits: an input is measured only where the model needs its
+    magnitudes).
 
     Args:
         api_name: base or dump name of the API (``linear``, ``Functional.conv2d.0``).

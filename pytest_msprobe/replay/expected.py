@@ -237,19 +237,6 @@ def device_backward(name: str, bench_grads: list, mapping: list, recorded: Any, 
     return grads, skips
 
 
-def _numpy_leaves(value: Any) -> list:
-    """The floating-point tensors of a nested value as float numpy arrays (bf16/fp16 through float32)."""
-    import torch
-
-    from .sides import leaves
-    out = []
-    for leaf in leaves(value):
-        if isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or not leaf.is_complex()):
-            t = leaf.detach().cpu()
-            out.append((t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy())
-    return out
-
-
 def _expected(api: str, call: Any, value: Any, direction: str, index: int) -> Any:
     """The expected error of one replayed output (None where it cannot be estimated: non-float, odd values)."""
     import torch
@@ -261,7 +248,7 @@ def _expected(api: str, call: Any, value: Any, direction: str, index: int) -> An
     try:
         m = call_arrays(call)
         hf32 = "hf32" if api in HF32_APIS and value.dtype == torch.float32 else None
-        return ee.expected_error(api, value.dtype, m.inputs, _numpy_leaves(value)[0], kwargs=m.options,
+        return ee.expected_error(api, value.dtype, m.inputs, value, kwargs=m.options,
                                  direction=direction, index=index,
                                  grad_output=m.grad if direction == BACKWARD else None, input_dtype=hf32,
                                  cache=m.cache)
