@@ -91,17 +91,6 @@ class CosineResult(NamedTuple):
     message: str
 
 
-@dataclass
-class MetricSet:
-    """Result of :func:`run`: cell values keyed by the details-row field names, plus side facts."""
-    n: int
-    values: dict = field(default_factory=dict)
-    cosine: Optional[CosineResult] = None
-    nonfinite_mismatch: int = 0       # non-finite positions where bench and device disagree
-    nonfinite_agreed: int = 0         # non-finite positions where they agree (counted as equal)
-    figures: Optional[Figures] = None     # with Groups.figures
-
-
 class Figures(NamedTuple):
     """What the Error / Expected column reads of one output, measured by the pass (``Groups.figures``): the
     device's magnitudes over its finite elements and the observed error ``|device - bench|`` in float64 (the
@@ -115,6 +104,17 @@ class Figures(NamedTuple):
     err_max: float              # max |d - b| where both are finite (0.0 when none)
     err_sum: float              # sum of |d - b| there
     err_mismatched: int         # non-finite positions other than both NaN or both the same infinity
+
+
+@dataclass
+class MetricSet:
+    """Result of :func:`run`: cell values keyed by the details-row field names, plus side facts."""
+    n: int
+    values: dict = field(default_factory=dict)
+    cosine: Optional[CosineResult] = None
+    nonfinite_mismatch: int = 0       # non-finite positions where bench and device disagree
+    nonfinite_agreed: int = 0         # non-finite positions where they agree (counted as equal)
+    figures: Optional[Figures] = None     # with Groups.figures
 
 
 class Groups(NamedTuple):

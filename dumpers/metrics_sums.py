@@ -7,6 +7,11 @@ one, runs up to 128 in 8 interleaved accumulators, longer runs split in two halv
 multiple of 8) and adds the run's sum to the result. A contiguous float64 array is one run; values cast
 from float32 come in runs of numpy's buffer size. The functions below make the terms on the fly (no
 temporary array) and sum them in that order, so their sums are numpy's bit for bit.
+
+They are the reference, not the checker's usual path: the metric pass measures the same figures of every output
+it compares while it reads it (``FIGURES``, :func:`dumpers.metrics_kernel._figures`), in its own order, and the
+tests hold those to these within the bound that order allows; these read the arrays the pass did not measure
+(a call's inputs, a replayed output against its recording).
 """
 from __future__ import annotations
 
