@@ -1,10 +1,13 @@
 """Throughput and memory of the per-output metrics (prints figures, asserts nothing).
 
-Usage: python benchmarks/metrics_throughput.py [--n 1e7] [--mem-n 1e8] [--skip-memory]
+Usage: python benchmarks/metrics_throughput.py [--n 1e7] [--mem-n 1e8] [--skip-memory] [--kernel-only]
 
 - throughput: elements/s of one details row (compare_output, default standard) for a bf16 device output
   of ``--n`` elements, on one thread; also each standard's metric group and all groups together (the one
   metric pass: numba's kernel per chunk, numpy's sums);
+- the kernel alone: ``chunk_pass`` over ``--n`` elements in the engine's chunks (no numpy sums), for a bf16
+  device output (its int16 bits) and a float32 one against a float32 bench, with and without the Error / Expected
+  column's figures (``FIGURES``): what those figures add to the pass;
 - first call: the time of the first metric pass in a fresh interpreter, with numba's cache of the kernel
   (``cache=True``, in ``__pycache__``) present and with it removed (a cold compile);
 - memory: peak extra resident memory while comparing a ``--mem-n``-element bf16 output, measured in a
@@ -17,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -82,6 +86,39 @@ def throughput(n: int) -> None:
                   lambda: M.float_metrics(bs, ds, device_dtype=S.BF16, **everything)))
     for label, fn in cases:
         print(_line(label, n, _best(fn)))
+
+
+def kernel_alone(n: int) -> None:
+    import numpy as np
+    import torch
+
+    from dumpers import metrics_kernel as K
+    from dumpers.metrics_engine import CHUNK
+
+    bench, device = _inputs(n)
+    b = bench.numpy()
+    f32 = (b * np.float32(1.001)).astype(np.float32)
+    par = np.zeros(K.N_PAR)
+    par[K.P_EPS] = 2.0 ** -8
+    for slot, t in zip((K.P_T0, K.P_T1, K.P_T2), (0.01, 0.001, 0.0001)):
+        par[slot] = np.float32(t)
+    par[K.P_SV], par[K.P_SV_ATOL] = np.float32(2.0 ** -10), np.float32(1e-5)
+    sq, re, ulp = (np.empty(CHUNK, np.float32) for _ in range(3))
+    b64, d64 = np.empty(CHUNK), np.empty(CHUNK)
+
+    def one(d: Any, flags: int) -> None:
+        cnt, mx, fig = np.zeros(K.N_CNT, np.int64), np.full(K.N_MAX, -1.0), np.zeros(K.N_FIG)
+        for s in range(0, n, CHUNK):
+            m = min(CHUNK, n - s)
+            K.chunk_pass(b[s:s + m], d[s:s + m], flags, par, sq[:m], re[:m], b64[:m], d64[:m], ulp[:m], cnt, mx,
+                         fig)
+
+    print(f"the kernel alone (chunk_pass), {n:.0e} elements in chunks of {CHUNK}, float32 bench, best of 5")
+    for label, d in (("bf16 device (int16 bits)", device.view(torch.int16).numpy()), ("fp32 device", f32)):
+        for groups, flags in (("legacy", K.LEGACY | K.AGREE), ("legacy + benchmark", K.LEGACY | K.AGREE | K.SMALL)):
+            for extra, more in (("", 0), (" + figures", K.FIGURES)):
+                one(d, flags | more)
+                print(_line(f"{label}, {groups}{extra}", n, _best(lambda d=d, f=flags | more: one(d, f), 5)))
 
 
 FIRST_CALL = ("import time; t0 = time.perf_counter(); from dumpers import metrics_engine; "
@@ -157,12 +194,17 @@ def main(argv: list | None = None) -> int:
     p.add_argument("--mem-n", type=float, default=1e8)
     p.add_argument("--skip-memory", action="store_true")
     p.add_argument("--skip-first-call", action="store_true")
+    p.add_argument("--kernel-only", action="store_true", help="only the kernel alone, with and without figures")
     p.add_argument("--memory-child", type=float, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.memory_child:
         memory_child(int(a.memory_child))
         return 0
+    if a.kernel_only:
+        kernel_alone(int(a.n))
+        return 0
     throughput(int(a.n))
+    kernel_alone(int(a.n))
     if not a.skip_first_call:
         first_call()
     if not a.skip_memory:

@@ -4,7 +4,8 @@
 :func:`run` walks the prepared bench and device arrays in chunks of at most ``chunk`` elements; each chunk is
 read once by the compiled kernel (:func:`dumpers.metrics_kernel.chunk_pass`), which returns the counts and
 maxima and leaves the per-element arrays whose sums numpy makes (masked squares, kept relative errors, ULP
-errors, float64 copies for the cosine's dot products), so every sum is numpy's, in numpy's order. Results
+errors, float64 copies for the cosine's dot products), so every sum is numpy's, in numpy's order (but for the
+:class:`Figures` of the Error / Expected column, which the kernel sums itself within a stated bound). Results
 keep the scalar types msprobe writes: float32 results stay ``np.float32``, float64 ones ``np.float64`` or
 Python ``float``, "no data" results the integer ``0``.
 
@@ -90,6 +91,21 @@ class CosineResult(NamedTuple):
     message: str
 
 
+class Figures(NamedTuple):
+    """What the Error / Expected column reads of one output, measured by the pass (``Groups.figures``): the
+    device's magnitudes over its finite elements and the observed error ``|device - bench|`` in float64 (the
+    sums in the pass's order, within the bound of :func:`dumpers.metrics_kernel._figures` of the reference
+    figures: ``observe`` and the tensor magnitudes of ``pytest_msprobe.precision.expected_error_figures``)."""
+    n: int                      # elements (the finite and the others)
+    sq_sum: float               # sum of d**2 over the finite d
+    abs_sum: float              # sum of |d|
+    value_sum: float            # sum of d
+    max_abs: float              # max |d| (0.0 when none is finite)
+    err_max: float              # max |d - b| where both are finite (0.0 when none)
+    err_sum: float              # sum of |d - b| there
+    err_mismatched: int         # non-finite positions other than both NaN or both the same infinity
+
+
 @dataclass
 class MetricSet:
     """Result of :func:`run`: cell values keyed by the details-row field names, plus side facts."""
@@ -98,6 +114,7 @@ class MetricSet:
     cosine: Optional[CosineResult] = None
     nonfinite_mismatch: int = 0       # non-finite positions where bench and device disagree
     nonfinite_agreed: int = 0         # non-finite positions where they agree (counted as equal)
+    figures: Optional[Figures] = None     # with Groups.figures
 
 
 class Groups(NamedTuple):
@@ -112,6 +129,7 @@ class Groups(NamedTuple):
     agree_nonfinite: bool = True
     class_match: bool = True
     cosine_pass: float = 0.99
+    figures: bool = False                        # the device's magnitudes and the observed error (Figures)
 
 
 def _read(source: Any, start: int, stop: int) -> np.ndarray:
@@ -140,7 +158,7 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
     flags = ((K.LEGACY if g.legacy else 0) | (K.BINARY if g.binary else 0)
              | (K.SMALL if g.small_value is not None else 0) | (K.ABSOLUTE if g.absolute is not None else 0)
              | (K.ULP if g.ulp is not None else 0) | (K.AGREE if g.agree_nonfinite else 0)
-             | (K.CLASS_MATCH if g.class_match else 0))
+             | (K.CLASS_MATCH if g.class_match else 0) | (K.FIGURES if g.figures else 0))
     par = np.zeros(K.N_PAR)
     par[K.P_EPS] = tb.type(g.eps)
     for slot, (_, t) in zip((K.P_T0, K.P_T1, K.P_T2), g.ratios):
@@ -165,6 +183,7 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
     ulp = np.empty(k if g.ulp is not None else 0, tc)
     cnt = np.zeros(K.N_CNT, np.int64)
     mx = np.full(K.N_MAX, -1.0)
+    fig = np.zeros(K.N_FIG if g.figures else 0)
     sq_sum = re_sum = ulp_sum = dot = sdd = sbb = 0.0
     # float16 scratch is kept as float32 by the kernel (exact) and summed as float16 by numpy
     sq_k = sq if tae != np.float16 else np.empty(k, np.float32)
@@ -177,7 +196,7 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
             bc = _kernel_view(_read(bs, start, stop))
             dc = _kernel_view(_read(ds, start, stop))
             kept = K.chunk_pass(bc, dc, flags, par, sq_k[:m], re_k[:m],
-                                b64[:m] if dots else b64, d64[:m] if dots else d64, ulp[:m], cnt, mx)
+                                b64[:m] if dots else b64, d64[:m] if dots else d64, ulp[:m], cnt, mx, fig)
             if small:
                 if sq_k is not sq:
                     np.copyto(sq[:m], sq_k[:m], casting="unsafe")
@@ -192,6 +211,9 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
                 sdd += float(np.einsum("i,i->", d64[:m], d64[:m]))
                 sbb += float(np.einsum("i,i->", b64[:m], b64[:m]))
     out = MetricSet(n=n, nonfinite_mismatch=int(cnt[K.C_MISMATCH]), nonfinite_agreed=int(cnt[K.C_AGREED]))
+    if g.figures:
+        out.figures = Figures(n, *(float(fig[i]) for i in (K.F_SQ, K.F_ABS, K.F_SUM, K.F_PEAK, K.F_ERR_MAX,
+                                                           K.F_ERR_SUM)), int(fig[K.F_ERR_BAD]))
     v = out.values
     if g.legacy:
         out.cosine = _cosine(n, chunk, mx, (dot, sdd, sbb), (bs, ds, b64, d64), g)
@@ -280,7 +302,7 @@ def _normalised_dots(n: int, chunk: int, md: Any, mb: Any, data: tuple, g: Group
         bc = _kernel_view(np.asarray(bs.read(start, stop), tb))
         dc = _kernel_view(np.asarray(ds.read(start, stop), td))
         K.chunk_pass(bc, dc, flags, par, empty, empty, b64[:m], d64[:m],
-                     np.empty(0, np.float32), cnt, mx)
+                     np.empty(0, np.float32), cnt, mx, np.empty(0))
         d, b = d64[:m] / md, b64[:m] / mb
         dot += float(np.einsum("i,i->", d, b))
         sdd += float(np.einsum("i,i->", d, d))
@@ -330,7 +352,7 @@ def warm_up() -> None:
     x = np.linspace(-1.0, 1.0, 8)
     groups = Groups(eps=1e-7, ratios=(("a", 0.01), ("b", 0.001), ("c", 0.0001)), binary=True,
                     small_value=(1e-3, 1e-5), absolute=(1e-3, 1e-3, 1e-5, 65504.0),
-                    ulp=(-126, 23, "float64", 32.0))
+                    ulp=(-126, 23, "float64", 32.0), figures=True)
     for tb, td in ((np.float64, np.float32), (np.float32, np.float32), (np.float32, np.float16),
                    (np.float64, np.float64)):
         run(x.astype(tb), x.astype(td), groups._replace(ulp=(-14, 10, "float32", 1.0)) if tb is np.float32

@@ -6,6 +6,12 @@ depend on the order of the elements: counts, NaN-propagating maxima, the masked 
 (in order), the ULP errors and the float64 copies the cosine's dot products read. :mod:`dumpers.metrics_engine`
 sums those arrays with numpy (``np.sum``, ``np.einsum``), so the sums keep numpy's own order and bits.
 
+One group is no metric of the standard: the figures of the Error / Expected column (``FIGURES``, :func:`_figures`):
+the device output's magnitudes and its observed error against the bench, the same terms as the reference
+functions the tests hold them to (``observe`` and the tensor magnitudes of
+``pytest_msprobe.precision.expected_error_figures``, summed in numpy's order by :mod:`dumpers.metrics_sums`),
+summed in the vector lanes in the pass instead: within a stated bound of the reference, not its bits.
+
 Every operation is done in the numpy type the reference computes it in: float32 and float64 natively, so a loop
 is the reference's per-element arithmetic, branch-free and vectorised; float16 (numba has none) on float32 values
 rounded to float16 after each operation, which is exact (a float32 result of one +, -, * or / of float16 values
@@ -24,7 +30,7 @@ from numba import types
 from numba.extending import intrinsic, overload
 
 # metric groups
-LEGACY, BINARY, SMALL, ABSOLUTE, ULP, AGREE, CLASS_MATCH = 1, 2, 4, 8, 16, 32, 64
+LEGACY, BINARY, SMALL, ABSOLUTE, ULP, AGREE, CLASS_MATCH, FIGURES = 1, 2, 4, 8, 16, 32, 64, 128
 # par: eps, t0, t1, t2, sv, sv_atol, a_sv, a_atol, a_rtol, a_hi, ulp_min_eb, ulp_exp, ulp_thr
 (P_EPS, P_T0, P_T1, P_T2, P_SV, P_SV_ATOL, P_A_SV, P_A_ATOL, P_A_RTOL, P_A_HI, P_MIN_EB, P_EXP, P_THR) = range(13)
 N_PAR = 13
@@ -35,9 +41,15 @@ N_CNT = 19
 # mx: maxima (NaN propagates); each slot starts at -1 ("none yet"), every value it takes is >= 0 or NaN
 M_AE, M_B, M_D, M_RE, M_ULP = range(5)
 N_MAX = 5
+# fig (FIGURES): the device's finite elements' sums of squares, magnitudes and values and their largest magnitude;
+# the observed error |d - b|: its largest value and sum, and how many non-finite positions mismatch
+F_SQ, F_ABS, F_SUM, F_PEAK, F_ERR_MAX, F_ERR_SUM, F_ERR_BAD = range(7)
+N_FIG = 7
 
 _jit = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy")
 _inline = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy", inline="always")
+# float additions may be reassociated (the sums of FIGURES only): LLVM then keeps one accumulator per vector lane
+_reassoc = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy", fastmath={"reassoc"})
 
 
 def _bitcast(src: types.Type, dst: types.Type, dst_ir: ir.Type):
@@ -245,12 +257,13 @@ def _ulp_slow(bc, dc, zc, min_eb, exp_num):
 
 
 @_jit
-def chunk_pass(b, d, flags, par, sq, re, b64, d64, ulp, cnt, mx):
+def chunk_pass(b, d, flags, par, sq, re, b64, d64, ulp, cnt, mx, fig):
     """One chunk: ``b``/``d`` bench and device (float64, float32, float16 bits as uint16, bfloat16 bits as int16),
     ``flags`` the groups, ``par`` the parameters. Writes ``sq`` (masked squares), ``re`` (kept relative errors,
     compacted), ``b64``/``d64`` (float64 copies for the dot products, agreed non-finite positions zeroed), ``ulp``
-    (ULP errors, in the ULP compute type: its element type); adds to ``cnt`` and ``mx``; returns how many relative
-    errors were kept. The types follow from the arrays' element types: constants of each compiled version."""
+    (ULP errors, in the ULP compute type: its element type); adds to ``cnt``, ``mx`` and (FIGURES) ``fig``; returns
+    how many relative errors were kept. The types follow from the arrays' element types: constants of each
+    compiled version."""
     n = b.shape[0]
     zb, zd = _type_of(b), _type_of(d)
     zae = _wider(zb, zd)                         # numpy's result type of bench and device
@@ -264,6 +277,8 @@ def chunk_pass(b, d, flags, par, sq, re, b64, d64, ulp, cnt, mx):
     agreed = _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, cnt, mx) if flags & (LEGACY | BINARY) else 0
     if agreed and flags & LEGACY:
         _copies(b, d, zb, zd, zae, True, b64, d64)    # the agreed non-finite positions zeroed
+    if flags & FIGURES:
+        _figures(b, d, fig)
     if flags & SMALL:
         kept = _small(b, d, zb, zd, zae, eps, _rnd(par[P_SV], zb), _rnd(par[P_SV_ATOL], zae), sq, re, cnt, mx)
     if flags & ABSOLUTE:
@@ -315,6 +330,66 @@ def _copies(b, d, zb, zd, zae, agreed, b64, d64):
         bt = _rnd(bv, zd)
         zero = ~_finite(_rnd(dv - bv, zae)) & (((dv != dv) & (bt != bt)) | (dv == bt))
         b64[i], d64[i] = (_rnd(0.0, zb) if zero else bv), (_rnd(0.0, zd) if zero else dv)
+
+
+@_reassoc
+def _figures(b, d, fig):
+    """The figures of the Error / Expected column, from the exact float64 values of device ``x`` and bench ``y``:
+    the sums of x**2, |x| and x and the largest |x| over the finite ``x`` (the others left out); the largest and
+    the sum of |x - y| where both are finite, and the count of the other positions unless both are NaN or both
+    the same infinity (a mismatch: the caller makes the error infinite). The terms are those of the reference
+    (:mod:`dumpers.metrics_sums`, ``pytest_msprobe.precision.expected_error_figures``); only the order of the
+    additions differs: reassociated into the vector lanes here, chunk sums added in order by the caller. Any order
+    of ``m`` additions errs by at most ``gamma(m) = m u / (1 - m u)`` times the sum of the terms' magnitudes
+    (``u = 2**-53``), plus ``u`` per term where the term is rounded (x**2 of a float64, x - y), so a sum over
+    ``n`` elements in chunks of ``c`` is within ``gamma(min(n, c) + ceil(n / c) + 1)`` of the exact one
+    relative to that: below 2e-11 for chunks of 2**16 and up to 2**32 elements. A chunk whose differences are all
+    finite has no non-finite value on either side, so its loop masks nothing; any other chunk is read again by
+    :func:`_figures_masked`."""
+    sq = ab = sm = es = 0.0
+    k_d = k_e = np.int64(0)                   # the key of 0.0
+    for i in range(b.shape[0]):
+        x, y = np.float64(_load(d, i)), np.float64(_load(b, i))
+        sq += x * x
+        ab += abs(x)
+        sm += x
+        k_d = max(k_d, _key(x))
+        e = abs(x - y)
+        es += e
+        k_e = max(k_e, _key(e))
+    bad = np.int32(0)
+    if not _finite(_unkey(k_e)):              # NaN or inf on a side (or a difference beyond float64's range)
+        sq, ab, sm, k_d, es, k_e, bad = _figures_masked(b, d)
+    fig[F_SQ] += sq
+    fig[F_ABS] += ab
+    fig[F_SUM] += sm
+    fig[F_PEAK] = max(fig[F_PEAK], _unkey(k_d))
+    fig[F_ERR_SUM] += es
+    fig[F_ERR_MAX] = max(fig[F_ERR_MAX], _unkey(k_e))
+    fig[F_ERR_BAD] += bad
+
+
+@_reassoc
+def _figures_masked(b, d):
+    """:func:`_figures`'s sums and keys of a chunk with non-finite values: those left out, the mismatches
+    counted."""
+    sq = ab = sm = es = 0.0
+    k_d = k_e = np.int64(0)
+    bad = np.int32(0)
+    for i in range(b.shape[0]):
+        x, y = np.float64(_load(d, i)), np.float64(_load(b, i))
+        fx, fy = _finite(x), _finite(y)
+        xf = x if fx else 0.0
+        sq += xf * xf
+        ab += abs(xf)
+        sm += xf
+        k_d = max(k_d, _key(xf))
+        both = fx & fy
+        e = abs(x - y) if both else 0.0
+        es += e
+        k_e = max(k_e, _key(e))
+        bad = _inc(bad, ~both & (x != y) & ((x == x) | (y == y)))   # not finite, not the same inf, not both NaN
+    return sq, ab, sm, k_d, es, k_e, bad
 
 
 @_jit
@@ -455,146 +530,3 @@ def count_unequal(b, d):
     for i in range(b.shape[0]):
         c += b[i] != d[i]
     return c
-
-
-# --- numpy's float64 sums, fused with the terms they sum --------------------------------------------------
-# ``np.add.reduce`` of float64 values sums each run it is handed by pairwise summation (runs under 8 one by
-# one, runs up to 128 in 8 interleaved accumulators, longer runs split in two halves rounded down to a
-# multiple of 8) and adds the run's sum to the result. A contiguous float64 array is one run; values cast
-# from float32 come in runs of numpy's buffer size. The functions below make the terms on the fly (no
-# temporary array) and sum them in that order, so their sums are numpy's bit for bit.
-T_ABS_DIFF, T_ABS, T_VALUE = 0, 1, 2
-
-
-@_inline
-def _term(x, y, i, mode):
-    if mode == T_ABS_DIFF:
-        return abs(np.float64(x[i]) - np.float64(y[i]))
-    if mode == T_ABS:
-        return abs(np.float64(x[i]))
-    return np.float64(x[i])
-
-
-@_jit
-def _pairwise(x, y, lo, n, mode):
-    """numpy's pairwise sum of the terms ``lo .. lo + n - 1``."""
-    if n < 8:
-        res = -0.0
-        for i in range(lo, lo + n):
-            res += _term(x, y, i, mode)
-        return res
-    if n <= 128:
-        r0, r1, r2, r3 = _term(x, y, lo, mode), _term(x, y, lo + 1, mode), _term(x, y, lo + 2, mode), \
-            _term(x, y, lo + 3, mode)
-        r4, r5, r6, r7 = _term(x, y, lo + 4, mode), _term(x, y, lo + 5, mode), _term(x, y, lo + 6, mode), \
-            _term(x, y, lo + 7, mode)
-        stop = n - n % 8
-        i = 8
-        while i < stop:
-            j = lo + i
-            r0 += _term(x, y, j, mode)
-            r1 += _term(x, y, j + 1, mode)
-            r2 += _term(x, y, j + 2, mode)
-            r3 += _term(x, y, j + 3, mode)
-            r4 += _term(x, y, j + 4, mode)
-            r5 += _term(x, y, j + 5, mode)
-            r6 += _term(x, y, j + 6, mode)
-            r7 += _term(x, y, j + 7, mode)
-            i += 8
-        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        while i < n:
-            res += _term(x, y, lo + i, mode)
-            i += 1
-        return res
-    n2 = n // 2
-    n2 -= n2 % 8
-    return _pairwise(x, y, lo, n2, mode) + _pairwise(x, y, lo + n2, n - n2, mode)
-
-
-@_jit
-def float64_sum(x, y, mode, run):
-    """numpy's float64 sum of the terms ``mode`` makes of ``x`` (and ``y``), handed over in runs of ``run``
-    elements (0: one run)."""
-    n = x.shape[0]
-    step = n if run <= 0 else run
-    total = 0.0
-    start = 0
-    while start < n:
-        m = min(step, n - start)
-        total += _pairwise(x, y, start, m, mode)
-        start += m
-    return total
-
-
-@_jit
-def abs_diff_max(x, y):
-    """max |x - y| in float64 (NaN when a difference is NaN: then the caller judges the non-finite ones)."""
-    k = np.int64(-1)
-    for i in range(x.shape[0]):
-        k = max(k, _key(abs(np.float64(x[i]) - np.float64(y[i]))))
-    return _unkey(k)
-
-
-@_jit
-def abs_max(x):
-    """max |x| as float64 (NaN propagates; -1.0 for an empty array)."""
-    k = np.int64(-1)
-    for i in range(x.shape[0]):
-        k = max(k, _key(np.float64(x[i])))
-    return _unkey(k)
-
-
-@_jit
-def _pairwise_abs_value(x, lo, n):
-    """(numpy's pairwise sum of |x|, of x) over ``lo .. lo + n - 1``, both in one read, as float64."""
-    if n < 8:
-        a = v = -0.0
-        for i in range(lo, lo + n):
-            t = np.float64(x[i])
-            a += abs(t)
-            v += t
-        return a, v
-    if n <= 128:
-        v0, v1, v2, v3 = np.float64(x[lo]), np.float64(x[lo + 1]), np.float64(x[lo + 2]), np.float64(x[lo + 3])
-        v4, v5, v6, v7 = np.float64(x[lo + 4]), np.float64(x[lo + 5]), np.float64(x[lo + 6]), np.float64(x[lo + 7])
-        a0, a1, a2, a3, a4, a5, a6, a7 = abs(v0), abs(v1), abs(v2), abs(v3), abs(v4), abs(v5), abs(v6), abs(v7)
-        stop = n - n % 8
-        i = 8
-        while i < stop:
-            j = lo + i
-            t0, t1, t2, t3 = np.float64(x[j]), np.float64(x[j + 1]), np.float64(x[j + 2]), np.float64(x[j + 3])
-            t4, t5, t6, t7 = np.float64(x[j + 4]), np.float64(x[j + 5]), np.float64(x[j + 6]), np.float64(x[j + 7])
-            v0, v1, v2, v3, v4, v5, v6, v7 = v0 + t0, v1 + t1, v2 + t2, v3 + t3, v4 + t4, v5 + t5, v6 + t6, v7 + t7
-            a0, a1, a2, a3 = a0 + abs(t0), a1 + abs(t1), a2 + abs(t2), a3 + abs(t3)
-            a4, a5, a6, a7 = a4 + abs(t4), a5 + abs(t5), a6 + abs(t6), a7 + abs(t7)
-            i += 8
-        a = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
-        v = ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7))
-        while i < n:
-            t = np.float64(x[lo + i])
-            a += abs(t)
-            v += t
-            i += 1
-        return a, v
-    n2 = n // 2
-    n2 -= n2 % 8
-    a, v = _pairwise_abs_value(x, lo, n2)
-    b, w = _pairwise_abs_value(x, lo + n2, n - n2)
-    return a + b, v + w
-
-
-@_jit
-def abs_value_sums(x, run):
-    """(numpy's float64 sum of |x|, of x) in one read, handed over in runs of ``run`` elements (0: one run):
-    ``np.abs(x).sum(dtype=np.float64)`` and ``x.sum(dtype=np.float64)`` bit for bit."""
-    n = x.shape[0]
-    step = n if run <= 0 else run
-    a = v = 0.0
-    start = 0
-    while start < n:
-        m = min(step, n - start)
-        s, t = _pairwise_abs_value(x, start, m)
-        a += s
-        v += t
-        start += m
-    return a, v

@@ -209,7 +209,7 @@ def test_kept_relative_errors_in_order_whatever_the_masked_pattern():
 @pytest.mark.parametrize("bufsize", [8192, 4096])
 def test_fused_float64_sums_are_numpys_bits(dtype, n, bufsize):
     """The kernel's float64 sums (of |x - y|, |x|, x) equal numpy's, bit for bit, for any buffer size."""
-    from dumpers import metrics_kernel as K
+    from dumpers import metrics_sums as K
     rng = np.random.default_rng(n)
     x = (rng.standard_normal(n) * rng.uniform(0.1, 1e3, n)).astype(dtype)
     y = (x + rng.standard_normal(n) * 1e-3).astype(dtype)
@@ -224,15 +224,34 @@ def test_fused_float64_sums_are_numpys_bits(dtype, n, bufsize):
         np.setbufsize(old)
     if n:
         assert K.abs_diff_max(x, y) == float(np.abs(np.subtract(x, y, dtype=np.float64)).max())
-        assert K.abs_max(x) == float(np.abs(x).max())
         x[n // 2] = np.nan
-        assert math.isnan(K.abs_diff_max(x, y)) and math.isnan(K.abs_max(x))
+        assert math.isnan(K.abs_diff_max(x, y)) and all(math.isnan(v) for v in K.magnitude_sums(x, 0))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [0, 5, 8, 100, 129, 8193, 20000])
-def test_fused_abs_and_value_sums_are_numpys_bits(dtype, n):
-    from dumpers import metrics_kernel as K
+@pytest.mark.parametrize("bufsize", [8192, 4096])
+def test_fused_magnitude_sums_are_numpys_bits(dtype, n, bufsize):
+    """One read gives numpy's float64 sums of x**2, |x| and x and max |x|, bit for bit, for any buffer size;
+    float16 and bfloat16 read as their bits give the figures of their values."""
+    import torch
+
+    from dumpers import metrics_sums as K
     x = (np.random.default_rng(n).standard_normal(n) * 300).astype(dtype)
-    a, v = K.abs_value_sums(x, np.getbufsize())
-    assert (a, v) == (float(np.abs(x).sum(dtype=np.float64)), float(x.sum(dtype=np.float64)))
+    old = np.getbufsize()
+    np.setbufsize(bufsize)
+    try:
+        run = np.getbufsize()
+        views = [(x, x)]
+        if dtype is np.float32:
+            half = x.astype(np.float16)
+            brain = torch.from_numpy(x).bfloat16()
+            views += [(half.view(np.uint16), half.astype(np.float32)),
+                      (brain.view(torch.int16).numpy(), brain.float().numpy())]
+        for read, v in views:
+            got = K.magnitude_sums(read, run)
+            want = (float(np.square(v, dtype=np.float64).sum()), float(np.abs(v).sum(dtype=np.float64)),
+                    float(v.sum(dtype=np.float64)), float(np.abs(v).max()) if n else -1.0)
+            assert got == want, (read.dtype, got, want)
+    finally:
+        np.setbufsize(old)

@@ -119,7 +119,7 @@ def float_metrics(bench: Any, device: Any, *, device_dtype: str, eps: float | No
                   legacy: bool = True, binary: bool = False, small_value: SmallValue | None = None,
                   absolute: AbsoluteThreshold | None = None, ulp: UlpParams | None = None,
                   agree_nonfinite: bool = True, absolute_class_match: bool = True,
-                  chunk: int | None = None) -> MetricSet:
+                  chunk: int | None = None, figures: bool = False) -> MetricSet:
     """Compute the requested metric groups of two prepared float arrays in one chunked pass.
 
     Args:
@@ -136,6 +136,8 @@ def float_metrics(bench: Any, device: Any, *, device_dtype: str, eps: float | No
         absolute_class_match: a bench +-inf needs the same device inf in the inf/nan error rate
             (fix of 9 #19); False gives msprobe's clip rule.
         chunk: elements per chunk (default: the engine's ``CHUNK``).
+        figures: also measure what the Error / Expected column reads (the device's magnitudes and the observed
+            error, :class:`dumpers.metrics_engine.Figures`) while the pass reads the arrays.
 
     Returns:
         MetricSet whose ``values`` hold the computed cells by DETAIL_METRIC_FIELDS name.
@@ -149,7 +151,7 @@ def float_metrics(bench: Any, device: Any, *, device_dtype: str, eps: float | No
         small_value=None if small_value is None else (small_value.sv, small_value.atol),
         absolute=None if absolute is None else (absolute.rtol, absolute.sv, absolute.atol, hi),
         ulp=None if ulp is None else (ulp.min_eb, ulp.exponent_num, ulp.compute, ulp.threshold),
-        agree_nonfinite=agree_nonfinite, class_match=absolute_class_match, cosine_pass=COSINE_PASS)
+        agree_nonfinite=agree_nonfinite, class_match=absolute_class_match, cosine_pass=COSINE_PASS, figures=figures)
     return engine.run(bs, ds, groups, chunk or CHUNK)
 
 
@@ -168,6 +170,8 @@ class DetailRow:
     status: str = PASS             # "pass" | "Warning"/"warning" (per version) | "error" | "SKIP"
     message: str = ""
     standard: str = ""             # "benchmark"/"ulp"/... which standard applied (for reports)
+    # what the metric pass measured for the Error / Expected column (dumpers.metrics_engine.Figures); in no CSV
+    figures: Any = field(default=None, repr=False, compare=False)
 
 
 def skip_row(row_name: str, message: str) -> DetailRow:
@@ -351,7 +355,8 @@ def _compare_floats(api_name: str, row: DetailRow, bs: Any, ds: Any, std: Standa
             row.status, row.message = SKIP, MSG_EMPTY_MAX
         return row
     ms = float_metrics(bs, ds, device_dtype=dt, legacy=True, agree_nonfinite=std.nonfinite_by_agreement,
-                         **groups)
+                       figures=True, **groups)
+    row.figures = ms.figures
     values = dict(ms.values)
     legacy = {k: values.pop(k) for k in ("cosine", "max_abs_err", *RATIO_THRESHOLDS)}
     row.metrics.update(values)

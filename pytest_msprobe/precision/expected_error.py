@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from .expected_error_figures import (LazyProfile, Observed, Profile, TensorStat, from_pass, observe, profile_array,
+                                     profile_stat)
 from .expected_error_ops import (ATTENTION, EXP_LIKE, GEMM, LANE_REDUCTIONS, MEANS, NORM, OPERANDS_FROM_1,
                                  REDUCTION, SOFTMAX, TRANSCENDENTAL, base_name, op_family, reduction_length)
 
@@ -55,8 +57,9 @@ _length = reduction_length          # the functions below take a parameter of th
 
 __all__ = ["BEYOND_ROUNDING", "ELEMENTWISE_ULPS", "EXACT", "GEMM_BLOCK", "LAMBDA_MARGIN", "NORM_ULPS",
            "REDUCTION_BLOCK", "SOFTMAX_ULPS", "TRANSCENDENTAL_ULPS", "VECTOR_LANES", "WITHIN", "WITHIN_ROUNDING",
-           "Expected", "Observed", "TensorStat", "classify", "expected_error", "expected_error_from_stats",
-           "multiple", "observe", "op_family", "reduction_length", "unit_roundoff", "with_measurement"]
+           "Expected", "Observed", "Profile", "TensorStat", "classify", "expected_error",
+           "expected_error_from_stats", "from_pass", "multiple", "observe", "op_family", "reduction_length",
+           "unit_roundoff", "with_measurement"]
 
 # --- classification ----------------------------------------------------------------------------------------
 WITHIN = 2.0                 # a multiple up to this is within the rounding of a correct kernel
@@ -124,111 +127,6 @@ def _compute_u(dtype: Any) -> float:
 
 # --- data ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class TensorStat:
-    """What a statistics dump records of a tensor (dump.json's dtype, shape, Max, Min, Mean, Norm)."""
-
-    dtype: str
-    shape: tuple
-    max: float
-    min: float
-    mean: float
-    norm: float
-
-    @classmethod
-    def from_dump(cls, entry: Mapping) -> TensorStat:
-        """From a dump.json tensor entry; missing or non-numeric statistics become NaN."""
-        def num(key: str) -> float:
-            try:
-                return float(entry.get(key))
-            except (TypeError, ValueError):
-                return math.nan
-        return cls(str(entry.get("dtype", "")), tuple(int(s) for s in entry.get("shape") or ()), num("Max"),
-                   num("Min"), num("Mean"), num("Norm"))
-
-    @property
-    def numel(self) -> int:
-        return int(np.prod(self.shape)) if self.shape else 1
-
-
-@dataclass(frozen=True)
-class _Profile:
-    """The magnitudes of one tensor the model needs."""
-
-    numel: int
-    shape: tuple
-    rms: float
-    max_abs: float
-    mean_abs: float
-    mean: float
-
-
-# dtypes the compiled sums take (as float64 values, summed in numpy's order: its bits)
-_FUSED = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _profile_array(x: Any) -> _Profile:
-    """The magnitudes of a numpy array or a torch tensor (bfloat16 and float16 through float32)."""
-    if hasattr(x, "detach"):
-        x = x.detach().cpu()
-        x = (x.float() if str(x.dtype) in ("torch.bfloat16", "torch.float16") else x).numpy()
-    a = np.asarray(x)
-    n = int(a.size)
-    if n == 0:
-        return _Profile(0, tuple(a.shape), 0.0, 0.0, 0.0, 0.0)
-    from dumpers import metrics_kernel as K
-    flat = a.reshape(-1)
-    sq = absum = total = peak = 0.0
-    run = np.getbufsize()
-    for start in range(0, n, 1 << 20):
-        c = flat[start:start + (1 << 20)]
-        if c.dtype.kind != "f" or c.dtype.itemsize < 4:
-            c = c.astype(np.float64 if c.dtype.kind != "f" else np.float32)
-        with np.errstate(over="ignore", invalid="ignore"):   # an overflow in float32 takes the slow path
-            if c.dtype in _FUSED:                             # both sums in one compiled read, then the maximum
-                part = (float(np.dot(c, c)), *K.abs_value_sums(c, run), K.abs_max(c))
-            else:
-                mag = np.abs(c)
-                part = (float(np.dot(c, c)), float(mag.sum(dtype=np.float64)), float(c.sum(dtype=np.float64)),
-                        float(mag.max()))
-        if not all(math.isfinite(v) for v in part):        # rare: leave the non-finite elements out
-            c = c[np.isfinite(c)].astype(np.float64)
-            mag = np.abs(c)
-            part = (float(np.dot(c, c)), float(mag.sum()), float(c.sum()), float(mag.max()) if c.size else 0.0)
-        sq, absum, total, peak = sq + part[0], absum + part[1], total + part[2], max(peak, part[3])
-    return _Profile(n, tuple(a.shape), math.sqrt(sq / n), peak, absum / n, total / n)
-
-
-class _LazyProfile:
-    """The :class:`_Profile` of an array or tensor, measured when the model first asks for a magnitude (most
-    calls need their output's alone), kept in ``memo`` under the array's identity."""
-
-    __slots__ = ("array", "memo", "shape")
-
-    def __init__(self, array: Any, memo: dict) -> None:
-        self.array, self.memo, self.shape = array, memo, tuple(np.shape(array))
-
-    def profile(self) -> _Profile:
-        key = id(self.array)
-        if key not in self.memo:
-            self.memo[key] = _profile_array(self.array)
-        return self.memo[key]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.profile(), name)
-
-
-def _profile_stat(s: TensorStat | Mapping) -> _Profile:
-    if not isinstance(s, TensorStat):
-        s = TensorStat.from_dump(s)
-    n = s.numel
-    finite = [v for v in (s.max, s.min) if math.isfinite(v)]
-    peak = max((abs(v) for v in finite), default=0.0)
-    rms = s.norm / math.sqrt(n) if n and math.isfinite(s.norm) else peak
-    mean = s.mean if math.isfinite(s.mean) else 0.0
-    return _Profile(n, tuple(s.shape), rms, peak, max(abs(mean), 0.8 * rms), mean)
-
-
-@dataclass(frozen=True)
 class Expected:
     """The error a correct kernel makes on one output, against the exact result.
 
@@ -271,52 +169,6 @@ class Expected:
                        basis=self.basis + "; two correct runs")
 
 
-@dataclass(frozen=True)
-class Observed:
-    """An observed difference of two tensors: its max-abs and mean-abs over the elements."""
-
-    max_abs: float
-    mean_abs: float
-    mismatched_nonfinite: int = 0      # NaN against a number, or infinities that differ
-
-
-def observe(a: Any, b: Any) -> Observed:
-    """Max-abs and mean-abs of ``a - b`` (arrays of one shape, any float dtype; computed in float64).
-
-    Positions where both are NaN, or both the same infinity, count as equal; any other non-finite mismatch
-    makes the figures infinite and is counted.
-    """
-    fa, fb = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
-    if fa.shape != fb.shape:
-        raise ValueError(f"observe: sizes differ ({fa.size} and {fb.size} elements)")
-    n = int(fa.size)
-    from dumpers import metrics_kernel as K
-    peak = total = 0.0
-    bad = 0
-    run = np.getbufsize()
-    fused = fa.dtype in _FUSED and fb.dtype in _FUSED
-    for start in range(0, n, 1 << 20):
-        x, y = fa[start:start + (1 << 20)], fb[start:start + (1 << 20)]
-        top = K.abs_diff_max(x, y) if fused else math.nan
-        if math.isfinite(top):                             # the common case: one fused pass, no temporary
-            peak, total = max(peak, top), total + K.float64_sum(x, y, K.T_ABS_DIFF, run)
-            continue
-        with np.errstate(invalid="ignore", over="ignore"):     # inf - inf: judged below
-            d = np.abs(np.subtract(x, y, dtype=np.float64))
-        if not np.isfinite(d).all():                       # rare: judge the non-finite positions
-            x, y = x.astype(np.float64), y.astype(np.float64)
-            finite = np.isfinite(x) & np.isfinite(y)
-            same = (x == y) | (np.isnan(x) & np.isnan(y))
-            bad += int(np.count_nonzero(~finite & ~same))
-            d = d[finite]
-        if d.size:
-            peak = max(peak, float(d.max()))
-            total += float(d.sum())
-    if bad:
-        return Observed(math.inf, math.inf, bad)
-    return Observed(peak, total / n if n else 0.0, 0)
-
-
 def _sum_variance(u: float, n: int, q: float, s: float, order: str) -> float:
     """Variance of the rounding error of a sum of ``n`` terms with total square ``q`` and result ``s``.
 
@@ -354,7 +206,7 @@ def _lam(numel: int) -> float:
     return math.sqrt(2.0 * math.log(2.0 * max(1, numel))) + LAMBDA_MARGIN
 
 
-def _operands(api: str, fam: str, profiles: list, direction: str, index: int, grad: _Profile | None) -> tuple:
+def _operands(api: str, fam: str, profiles: list, direction: str, index: int, grad: Profile | None) -> tuple:
     """The two factors of each summed term (a profile each; None: the term is the input itself)."""
     if not profiles:
         return None, None
@@ -371,7 +223,7 @@ def _operands(api: str, fam: str, profiles: list, direction: str, index: int, gr
     return profiles[0], None
 
 
-def _norm_backward(api: str, u_out: float, index: int, profiles: list, grad: _Profile, out: _Profile,
+def _norm_backward(api: str, u_out: float, index: int, profiles: list, grad: Profile, out: Profile,
                    n: int) -> tuple:
     """(sigma max, sigma typical, extra max, extra mean) a norm's backward adds in the output dtype.
 
@@ -390,8 +242,8 @@ def _norm_backward(api: str, u_out: float, index: int, profiles: list, grad: _Pr
             math.sqrt(_sum_variance(u_out, n, q, out.rms, "sequential")), 0.0, 0.0)
 
 
-def _model(api_name: str, dtype: Any, profiles: list, out: _Profile, n: int, *, direction: str, index: int,
-           grad: _Profile | None, input_dtype: Any, input_rel_error: float, source: str) -> Expected:
+def _model(api_name: str, dtype: Any, profiles: list, out: Profile, n: int, *, direction: str, index: int,
+           grad: Profile | None, input_dtype: Any, input_rel_error: float, source: str) -> Expected:
     api = base_name(api_name)
     fam = op_family(api)
     u_out = unit_roundoff(dtype)
@@ -497,13 +349,15 @@ def expected_error(api_name: str, dtype: Any, inputs: Sequence, output: Any, *,
                    direction: str = "forward", index: int = 0, grad_output: Any = None,
                    input_dtype: Any = None, input_rel_error: float = 0.0, cache: dict | None = None) -> Expected:
     """The expected error of one output of a call, from full tensors (numpy arrays, bf16 as float32, or torch
-    tensors: an input's is converted only where the model needs its magnitudes).
+    tensors, bfloat16 and float16 read as their bits: an input is measured only where the model needs its
+    magnitudes).
 
     Args:
         api_name: base or dump name of the API (``linear``, ``Functional.conv2d.0``).
         dtype: the output's dtype as the kernel produced it (``torch.bfloat16``, ``"float32"``, ...).
         inputs: the call's tensor arguments in order (positional then keyword); non-arrays are skipped.
-        output: this output (for ``direction="backward"``: the gradient of input ``index``).
+        output: this output (for ``direction="backward"``: the gradient of input ``index``), or its magnitudes
+            measured already (a :class:`Profile`, e.g. from the metric pass: :func:`from_pass`).
         kwargs: non-tensor arguments by name (``dim``, ``normalized_shape``...), for the reduction length.
         reduction_length: overrides :func:`reduction_length`.
         direction, index, grad_output: a gradient row: which input's gradient, and the output gradient fed.
@@ -515,12 +369,12 @@ def expected_error(api_name: str, dtype: Any, inputs: Sequence, output: Any, *,
     memo = cache if cache is not None else {}
     arrays = [a for a in inputs if isinstance(a, np.ndarray) or (hasattr(a, "shape") and hasattr(a, "dtype")
                                                                     and not isinstance(a, (str, bytes)))]
-    out = _profile_array(output)
-    grad = _LazyProfile(grad_output, memo) if grad_output is not None else None
+    out = output if isinstance(output, Profile) else profile_array(output)
+    grad = LazyProfile(grad_output, memo) if grad_output is not None else None
     n = reduction_length if reduction_length is not None else _length(
         api_name, [a.shape for a in arrays], kwargs, output_shape=out.shape, direction=direction, index=index,
         grad_shape=grad.shape if grad is not None else None)
-    return _model(api_name, dtype, [_LazyProfile(a, memo) for a in arrays], out, int(n), direction=direction,
+    return _model(api_name, dtype, [LazyProfile(a, memo) for a in arrays], out, int(n), direction=direction,
                   index=index, grad=grad, input_dtype=input_dtype, input_rel_error=input_rel_error,
                   source="tensors")
 
@@ -544,8 +398,8 @@ def expected_error_from_stats(api_name: str, dtype: Any, input_stats: Sequence, 
     n = reduction_length if reduction_length is not None else _length(
         api_name, [s.shape for s in stats], kwargs, output_shape=out_stat.shape, direction=direction,
         index=index, grad_shape=grad_stat.shape if grad_stat is not None else None)
-    return _model(api_name, dtype, [_profile_stat(s) for s in stats], _profile_stat(out_stat), int(n),
-                  direction=direction, index=index, grad=_profile_stat(grad_stat) if grad_stat else None,
+    return _model(api_name, dtype, [profile_stat(s) for s in stats], profile_stat(out_stat), int(n),
+                  direction=direction, index=index, grad=profile_stat(grad_stat) if grad_stat else None,
                   input_dtype=input_dtype, input_rel_error=input_rel_error, source="statistics")
 
 

@@ -9,7 +9,7 @@ the device dtype's precision), divided by what a correct kernel of the call make
 whose failing rows are all within that is ``within`` rounding: it fails msprobe's fixed thresholds, not a
 correct kernel's arithmetic.
 
-The recorded side (framework-neutral, over CPU torch values): a side (:class:`.sides.Side`) carries, besides
+The recorded side (framework-neutral, over CPU torch values): a side (:class:`.result.Side`) carries, besides
 its outputs and the gradients of the call's tensor arguments, ``node_grads``: the gradients in the layout the
 dumper records them (PyTorch: the input gradients of the output's autograd node; MindSpore: one per positional
 argument); the adapter's ``gradient_mapping`` says which of those is which argument's gradient. From the bench
@@ -77,18 +77,23 @@ def _pairs(name: str, api: str, bench: Any, device: Any, direction: str) -> list
     return [(fmt.output_row_name(name, direction, 0), 0, bench, device)]
 
 
-def device_multiples(call: Any, bench_out: Any, device_out: Any, bench_grads: list, device_grads: list) -> dict:
+def device_multiples(call: Any, bench_out: Any, device_out: Any, bench_grads: list, device_grads: list,
+                     details: Iterable = ()) -> dict:
     """{row name: multiple} of every floating-point row both sides produced (rows it cannot judge are absent;
-    whatever goes wrong leaves the column blank, never the check)."""
+    whatever goes wrong leaves the column blank, never the check). ``details``: the call's details rows; a row
+    the metric pass measured (its ``figures``) takes the device's magnitudes and the observed error from there,
+    the others read the tensors."""
     try:
-        return _multiples(call, bench_out, device_out, bench_grads, device_grads)
+        measured = {r.name: r.figures for r in details if getattr(r, "figures", None) is not None}
+        return _multiples(call, bench_out, device_out, bench_grads, device_grads, measured)
     except (RuntimeError, ValueError, TypeError, IndexError, ArithmeticError, MemoryError):
         return {}
     finally:
         _LAST.clear()                           # the last user of the call's arrays
 
 
-def _multiples(call: Any, bench_out: Any, device_out: Any, bench_grads: list, device_grads: list) -> dict:
+def _multiples(call: Any, bench_out: Any, device_out: Any, bench_grads: list, device_grads: list,
+               measured: dict) -> dict:
     import torch
 
     from ..precision import expected_error as ee
@@ -101,16 +106,22 @@ def _multiples(call: Any, bench_out: Any, device_out: Any, bench_grads: list, de
         if not (isinstance(bench, torch.Tensor) and isinstance(device, torch.Tensor)) or bench.shape != device.shape \
                 or not device.is_floating_point() or device.numel() == 0:
             continue
-        device_array = _numpy(device)
+        figures = measured.get(row)
+        if figures is not None and figures.n == device.numel():     # measured by the metric pass
+            output, observed = ee.from_pass(figures, tuple(device.shape))
+        else:
+            output, observed = _numpy(device), None
         try:
-            expected = ee.expected_error(call.api, device.dtype, arrays.inputs, device_array,
+            expected = ee.expected_error(call.api, device.dtype, arrays.inputs, output,
                                          kwargs=arrays.options, direction=direction, index=index,
                                          grad_output=arrays.grad, cache=arrays.cache)
         except (ValueError, TypeError, IndexError, ArithmeticError):
             continue
         if bench.dtype == device.dtype:          # the bench is a correct run in the same dtype, not the exact one
             expected = expected.pair()
-        out[row] = ee.multiple(ee.observe(device_array, _numpy(bench)), expected)
+        if observed is None:
+            observed = ee.observe(output, _numpy(bench))
+        out[row] = ee.multiple(observed, expected)
     return out
 
 
@@ -226,19 +237,6 @@ def device_backward(name: str, bench_grads: list, mapping: list, recorded: Any, 
     return grads, skips
 
 
-def _numpy_leaves(value: Any) -> list:
-    """The floating-point tensors of a nested value as float numpy arrays (bf16/fp16 through float32)."""
-    import torch
-
-    from .result import leaves
-    out = []
-    for leaf in leaves(value):
-        if isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or not leaf.is_complex()):
-            t = leaf.detach().cpu()
-            out.append((t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy())
-    return out
-
-
 def _expected(api: str, call: Any, value: Any, direction: str, index: int) -> Any:
     """The expected error of one replayed output (None where it cannot be estimated: non-float, odd values)."""
     import torch
@@ -250,7 +248,7 @@ def _expected(api: str, call: Any, value: Any, direction: str, index: int) -> An
     try:
         m = call_arrays(call)
         hf32 = "hf32" if api in HF32_APIS and value.dtype == torch.float32 else None
-        return ee.expected_error(api, value.dtype, m.inputs, _numpy_leaves(value)[0], kwargs=m.options,
+        return ee.expected_error(api, value.dtype, m.inputs, value, kwargs=m.options,
                                  direction=direction, index=index,
                                  grad_output=m.grad if direction == BACKWARD else None, input_dtype=hf32,
                                  cache=m.cache)

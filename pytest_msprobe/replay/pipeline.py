@@ -146,7 +146,7 @@ def replay(adapter: Any, case: Any, inputs: Any, backend: Any, index: int, optio
     result.fidelity = {row: f.text for row, f in cells.items() if row in shown}
     from .expected import device_multiples
     result.multiples = {row: m for row, m in device_multiples(call, bench.out, device.out, bench_grads,
-                                                              dev_grads).items() if row in shown}
+                                                              dev_grads, result.details).items() if row in shown}
     saved = {
         "forward.input": [*args, *kwargs.values()],
         "forward.output.bench": bench.out, "forward.output.device": device.out,
