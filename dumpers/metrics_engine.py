@@ -95,7 +95,7 @@ class Figures(NamedTuple):
     """What the Error / Expected column reads of one output, measured by the pass (``Groups.figures``): the
     device's magnitudes over its finite elements and the observed error ``|device - bench|`` in float64 (the
     sums in the pass's order, within the bound of :func:`dumpers.metrics_kernel._figures` of the reference
-    figures: ``observe`` and the tensor magnitudes of ``pytest_msprobe.precision.expected_error_figures``)."""
+    figures: ``observe`` and the tensor magnitudes of ``pytest_msprobe.precision.expected_error_facts``)."""
     n: int                      # elements (the finite and the others)
     sq_sum: float               # sum of d**2 over the finite d
     abs_sum: float              # sum of |d|

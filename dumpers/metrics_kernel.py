@@ -9,7 +9,7 @@ sums those arrays with numpy (``np.sum``, ``np.einsum``), so the sums keep numpy
 One group is no metric of the standard: the figures of the Error / Expected column (``FIGURES``, :func:`_figures`):
 the device output's magnitudes and its observed error against the bench, the same terms as the reference
 functions the tests hold them to (``observe`` and the tensor magnitudes of
-``pytest_msprobe.precision.expected_error_figures``, summed in numpy's order by :mod:`dumpers.metrics_sums`),
+``pytest_msprobe.precision.expected_error_facts``, summed in numpy's order by :mod:`dumpers.metrics_sums`),
 summed in the vector lanes in the pass instead: within a stated bound of the reference, not its bits.
 
 Every operation is done in the numpy type the reference computes it in: float32 and float64 natively, so a loop
@@ -338,7 +338,7 @@ def _figures(b, d, fig):
     the sums of x**2, |x| and x and the largest |x| over the finite ``x`` (the others left out); the largest and
     the sum of |x - y| where both are finite, and the count of the other positions unless both are NaN or both
     the same infinity (a mismatch: the caller makes the error infinite). The terms are those of the reference
-    (:mod:`dumpers.metrics_sums`, ``pytest_msprobe.precision.expected_error_figures``); only the order of the
+    (:mod:`dumpers.metrics_sums`, ``pytest_msprobe.precision.expected_error_facts``); only the order of the
     additions differs: reassociated into the vector lanes here, chunk sums added in order by the caller. Any order
     of ``m`` additions errs by at most ``gamma(m) = m u / (1 - m u)`` times the sum of the terms' magnitudes
     (``u = 2**-53``), plus ``u`` per term where the term is rounded (x**2 of a float64, x - y), so a sum over

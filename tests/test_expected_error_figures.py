@@ -1,6 +1,6 @@
 """The figures of the Error / Expected column that the metric pass measures while it reads an output
 (:class:`dumpers.metrics_engine.Figures`, summed in the pass's order) against the reference that reads the arrays
-(``profile_array`` and ``observe`` of :mod:`pytest_msprobe.precision.expected_error_figures`, numpy's order),
+(``profile_array`` and ``observe`` of :mod:`pytest_msprobe.precision.expected_error_facts`, numpy's order),
 within a bound derived from the summation length; and a call's multiples from the pass's figures against those
 read from the tensors.
 """
@@ -16,7 +16,7 @@ from dumpers import format as fmt
 from dumpers.metrics_engine import CHUNK
 from pytest_msprobe.precision import compare
 from pytest_msprobe.precision import expected_error as ee
-from pytest_msprobe.precision.expected_error_figures import from_pass, profile_array
+from pytest_msprobe.precision.expected_error_facts import from_pass, profile_array
 from pytest_msprobe.replay.expected import device_multiples
 from pytest_msprobe.replay.result import Call
 

@@ -48,10 +48,10 @@ from typing import Any
 
 import numpy as np
 
-from .expected_error_figures import (LazyProfile, Observed, Profile, TensorStat, from_pass, observe, profile_array,
-                                     profile_stat)
-from .expected_error_ops import (ATTENTION, EXP_LIKE, GEMM, LANE_REDUCTIONS, MEANS, NORM, OPERANDS_FROM_1,
-                                 REDUCTION, SOFTMAX, TRANSCENDENTAL, base_name, op_family, reduction_length)
+from .expected_error_facts import (ATTENTION, EXP_LIKE, GEMM, LANE_REDUCTIONS, MEANS, NORM, OPERANDS_FROM_1,
+                                   REDUCTION, SOFTMAX, TRANSCENDENTAL, LazyProfile, Observed, Profile, TensorStat,
+                                   base_name, from_pass, observe, op_family, profile_array, profile_stat,
+                                   reduction_length)
 
 _length = reduction_length          # the functions below take a parameter of that name
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 from .expected_error import REDUCTION_BLOCK, SOFTMAX_ULPS, unit_roundoff
-from .expected_error_ops import base_name
+from .expected_error_facts import base_name
 
 # input gradients that sum to zero along the reduced dimension (the first input's gradient, index 0)
 ZERO_SUM_GRADIENTS = frozenset({"softmax", "_softmax", "log_softmax", "_log_softmax", "softmin", "cross_entropy"})
