@@ -31,15 +31,15 @@ def _term(x, y, i, mode):
     return np.float64(x[i])
 
 
-@_jit
-def _pairwise(x, y, lo, n, mode):
-    """numpy's pairwise sum of the terms ``lo .. lo + n - 1``."""
+@_inline
+def _leaf(x, y, lo, n, mode):
+    """numpy's sum of a run of at most 128 terms ``lo .. lo + n - 1`` (the end of its recursion)."""
     if n < 8:
         res = -0.0
         for i in range(lo, lo + n):
             res += _term(x, y, i, mode)
         return res
-    if n <= 128:
+    else:
         r0, r1, r2, r3 = _term(x, y, lo, mode), _term(x, y, lo + 1, mode), _term(x, y, lo + 2, mode), \
             _term(x, y, lo + 3, mode)
         r4, r5, r6, r7 = _term(x, y, lo + 4, mode), _term(x, y, lo + 5, mode), _term(x, y, lo + 6, mode), \
@@ -61,10 +61,48 @@ def _pairwise(x, y, lo, n, mode):
         while i < n:
             res += _term(x, y, lo + i, mode)
             i += 1
-        return res
-    n2 = n // 2
-    n2 -= n2 % 8
-    return _pairwise(x, y, lo, n2, mode) + _pairwise(x, y, lo + n2, n - n2, mode)
+    return res
+
+
+# numpy's pairwise recursion (a run over 128 terms: its two halves, the first rounded down to a multiple of 8,
+# added) walked with an explicit stack: numba's cache keeps no recursive function safely across processes.
+_DEPTH = 130          # the path from the root to a leaf: at most 64 halvings of a 2**63-term run
+
+
+@_inline
+def _half(n):
+    h = n // 2
+    return h - h % 8
+
+
+@_jit
+def _pairwise(x, y, lo, n, mode):
+    """numpy's pairwise sum of the terms ``lo .. lo + n - 1``."""
+    if n <= 128:
+        return _leaf(x, y, lo, n, mode)
+    los, ns = np.empty(_DEPTH, np.int64), np.empty(_DEPTH, np.int64)
+    step, sums = np.zeros(_DEPTH, np.int8), np.empty(_DEPTH)
+    top, r = 0, 0
+    los[0], ns[0] = lo, n
+    while top >= 0:
+        m = ns[top]
+        if m <= 128:                       # a leaf: its sum goes on the result stack
+            sums[r] = _leaf(x, y, los[top], m, mode)
+            r += 1
+            top -= 1
+        elif step[top] < 2:                # the first half, then the second
+            h = _half(m)
+            child = top + 1
+            los[child] = los[top] + (h if step[top] else 0)
+            ns[child] = (m - h) if step[top] else h
+            step[child] = 0
+            step[top] += 1
+            top = child
+        else:                              # both halves done: first + second
+            r -= 1
+            sums[r - 1] = sums[r - 1] + sums[r]
+            top -= 1
+    return sums[0]
 
 
 @_jit
@@ -97,9 +135,9 @@ def _value(x, i):
     return np.float64(_load(x, i))
 
 
-@_jit
-def _pairwise_magnitudes(x, lo, n):
-    """(numpy's pairwise sums of x**2, |x|, x; the key of max |x|) over ``lo .. lo + n - 1``, in one read."""
+@_inline
+def _leaf_magnitudes(x, lo, n):
+    """(numpy's sums of x**2, |x|, x; the key of max |x|) of a run of at most 128 elements, in one read."""
     k = np.int64(-1)
     if n < 8:
         q = a = v = -0.0
@@ -110,7 +148,7 @@ def _pairwise_magnitudes(x, lo, n):
             v += t
             k = max(k, _key(t))
         return q, a, v, k
-    if n <= 128:
+    else:
         v0, v1, v2, v3 = _value(x, lo), _value(x, lo + 1), _value(x, lo + 2), _value(x, lo + 3)
         v4, v5, v6, v7 = _value(x, lo + 4), _value(x, lo + 5), _value(x, lo + 6), _value(x, lo + 7)
         q0, q1, q2, q3, q4, q5, q6, q7 = v0 * v0, v1 * v1, v2 * v2, v3 * v3, v4 * v4, v5 * v5, v6 * v6, v7 * v7
@@ -141,12 +179,39 @@ def _pairwise_magnitudes(x, lo, n):
             v += t
             k = max(k, _key(t))
             i += 1
-        return q, a, v, k
-    n2 = n // 2
-    n2 -= n2 % 8
-    q, a, v, k = _pairwise_magnitudes(x, lo, n2)
-    r, b, w, m = _pairwise_magnitudes(x, lo + n2, n - n2)
-    return q + r, a + b, v + w, max(k, m)
+    return q, a, v, k
+
+
+@_jit
+def _pairwise_magnitudes(x, lo, n):
+    """(numpy's pairwise sums of x**2, |x|, x; the key of max |x|) over ``lo .. lo + n - 1``, in one read."""
+    if n <= 128:
+        return _leaf_magnitudes(x, lo, n)
+    los, ns = np.empty(_DEPTH, np.int64), np.empty(_DEPTH, np.int64)
+    step, keys = np.zeros(_DEPTH, np.int8), np.empty(_DEPTH, np.int64)
+    sq, ab, va = np.empty(_DEPTH), np.empty(_DEPTH), np.empty(_DEPTH)
+    top, r = 0, 0
+    los[0], ns[0] = lo, n
+    while top >= 0:
+        m = ns[top]
+        if m <= 128:
+            sq[r], ab[r], va[r], keys[r] = _leaf_magnitudes(x, los[top], m)
+            r += 1
+            top -= 1
+        elif step[top] < 2:
+            h = _half(m)
+            child = top + 1
+            los[child] = los[top] + (h if step[top] else 0)
+            ns[child] = (m - h) if step[top] else h
+            step[child] = 0
+            step[top] += 1
+            top = child
+        else:
+            r -= 1
+            sq[r - 1], ab[r - 1], va[r - 1] = sq[r - 1] + sq[r], ab[r - 1] + ab[r], va[r - 1] + va[r]
+            keys[r - 1] = max(keys[r - 1], keys[r])
+            top -= 1
+    return sq[0], ab[0], va[0], keys[0]
 
 
 @_jit
