@@ -255,3 +255,24 @@ def test_fused_magnitude_sums_are_numpys_bits(dtype, n, bufsize):
             assert got == want, (read.dtype, got, want)
     finally:
         np.setbufsize(old)
+
+
+def test_no_compiled_function_calls_itself():
+    """numba caches no recursive function safely: with a cold cache, processes compiling at once left a cached
+    recursive kernel whose self-call was an unresolved symbol (a float16 magnitude sum crashed its process).
+    Every compiled function of the project walks its recursion with an explicit stack instead."""
+    import ast
+
+    found = []
+    for package in ("dumpers", "generators", "pytest_msprobe"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not isinstance(fn, ast.FunctionDef):
+                    continue
+                decorators = [ast.unparse(d) for d in fn.decorator_list]
+                if not any("jit" in d or "inline" in d or "overload" in d for d in decorators):
+                    continue
+                if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == fn.name
+                       for c in ast.walk(fn)):
+                    found.append(f"{path.relative_to(ROOT)}:{fn.lineno} {fn.name}")
+    assert not found, found
