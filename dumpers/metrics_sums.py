@@ -70,9 +70,18 @@ _DEPTH = 130          # the path from the root to a leaf: at most 64 halvings of
 
 
 @_inline
-def _half(n):
-    h = n // 2
-    return h - h % 8
+def _descend(los, ns, step, top):
+    """Push the next half of the run at ``top`` (its first half, rounded down to a multiple of 8, then the
+    rest) and return the new top of the stack."""
+    m = ns[top]
+    h = m // 2
+    h -= h % 8
+    child = top + 1
+    los[child] = los[top] + (h if step[top] else 0)
+    ns[child] = (m - h) if step[top] else h
+    step[child] = 0
+    step[top] += 1
+    return child
 
 
 @_jit
@@ -91,13 +100,7 @@ def _pairwise(x, y, lo, n, mode):
             r += 1
             top -= 1
         elif step[top] < 2:                # the first half, then the second
-            h = _half(m)
-            child = top + 1
-            los[child] = los[top] + (h if step[top] else 0)
-            ns[child] = (m - h) if step[top] else h
-            step[child] = 0
-            step[top] += 1
-            top = child
+            top = _descend(los, ns, step, top)
         else:                              # both halves done: first + second
             r -= 1
             sums[r - 1] = sums[r - 1] + sums[r]
@@ -199,13 +202,7 @@ def _pairwise_magnitudes(x, lo, n):
             r += 1
             top -= 1
         elif step[top] < 2:
-            h = _half(m)
-            child = top + 1
-            los[child] = los[top] + (h if step[top] else 0)
-            ns[child] = (m - h) if step[top] else h
-            step[child] = 0
-            step[top] += 1
-            top = child
+            top = _descend(los, ns, step, top)
         else:
             r -= 1
             sq[r - 1], ab[r - 1], va[r - 1] = sq[r - 1] + sq[r], ab[r - 1] + ab[r], va[r - 1] + va[r]
