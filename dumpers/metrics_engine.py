@@ -2,10 +2,11 @@
 (``pytest_msprobe.precision``) and online dispatch.
 
 :func:`run` walks the prepared bench and device arrays in chunks of at most ``chunk`` elements; each chunk is
-read once by the compiled kernel (:func:`dumpers.metrics_kernel.chunk_pass`), which returns the counts and
-maxima and leaves the per-element arrays whose sums numpy makes (masked squares, kept relative errors, ULP
-errors, float64 copies for the cosine's dot products), so every sum is numpy's, in numpy's order (but for the
-:class:`Figures` of the Error / Expected column, which the kernel sums itself within a stated bound). Results
+read by the compiled kernel (:func:`dumpers.metrics_kernel.chunk_pass`), which returns the counts and maxima
+and the chunk's sums (of the masked squares, the kept relative errors, the ULP errors, the cosine's dot
+products) as numpy makes them of the chunk's arrays (``np.sum``, ``np.einsum``: :mod:`dumpers.metrics_sums`),
+bit for bit; the chunks' sums are added in order. Every sum is numpy's of the same arrays, in numpy's order
+(but for the :class:`Figures` of the Error / Expected column, which the kernel sums within a stated bound). Results
 keep the scalar types msprobe writes: float32 results stay ``np.float32``, float64 ones ``np.float64`` or
 Python ``float``, "no data" results the integer ``0``.
 
@@ -161,6 +162,7 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
              | (K.CLASS_MATCH if g.class_match else 0) | (K.FIGURES if g.figures else 0))
     par = np.zeros(K.N_PAR)
     par[K.P_EPS] = tb.type(g.eps)
+    par[K.P_RUN] = np.getbufsize()
     for slot, (_, t) in zip((K.P_T0, K.P_T1, K.P_T2), g.ratios):
         par[slot] = tae.type(t)
     if g.small_value is not None:
@@ -177,53 +179,43 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
             raise TypeError(f"the ULP compute type is float32 or float64, not {tc.name}")
         par[K.P_MIN_EB], par[K.P_EXP], par[K.P_THR] = min_eb, exponent_num, tc.type(thr)
     k = max(min(chunk, n), 1)
-    dots = g.legacy
-    sq, re = np.empty(k, tae), np.empty(k, tae)
-    b64, d64 = (np.empty(k), np.empty(k)) if dots else (np.empty(0), np.empty(0))
+    if g.legacy and n > chunk:          # one chunk: the cosine's normalised dot products after the pass
+        flags |= K.DOTS
+    scratch = np.float32 if tae == np.float16 else tae      # float16 results are kept in float32 (exact)
+    sq, re = np.empty(k, scratch), np.empty(k, scratch)
     ulp = np.empty(k if g.ulp is not None else 0, tc)
     cnt = np.zeros(K.N_CNT, np.int64)
     mx = np.full(K.N_MAX, -1.0)
     fig = np.zeros(K.N_FIG if g.figures else 0)
+    sums = np.zeros(K.N_OUT)
     sq_sum = re_sum = ulp_sum = dot = sdd = sbb = 0.0
-    # float16 scratch is kept as float32 by the kernel (exact) and summed as float16 by numpy
-    sq_k = sq if tae != np.float16 else np.empty(k, np.float32)
-    re_k = re if tae != np.float16 else np.empty(k, np.float32)
-    small = g.small_value is not None
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        for start in range(0, n, chunk):
+        for start in range(0, n, chunk):             # the chunks' sums added in order, as Python floats
             stop = min(start + chunk, n)
             m = stop - start
             bc = _kernel_view(_read(bs, start, stop))
             dc = _kernel_view(_read(ds, start, stop))
-            kept = K.chunk_pass(bc, dc, flags, par, sq_k[:m], re_k[:m],
-                                b64[:m] if dots else b64, d64[:m] if dots else d64, ulp[:m], cnt, mx, fig)
-            if small:
-                if sq_k is not sq:
-                    np.copyto(sq[:m], sq_k[:m], casting="unsafe")
-                    np.copyto(re[:kept], re_k[:kept], casting="unsafe")
-                sq_sum += float(np.sum(sq[:m]))
-                if kept:
-                    re_sum += float(np.sum(re[:kept]))
-            if g.ulp is not None:
-                ulp_sum += float(np.sum(ulp[:m]))
-            if dots and n > chunk:
-                dot += float(np.einsum("i,i->", d64[:m], b64[:m]))
-                sdd += float(np.einsum("i,i->", d64[:m], d64[:m]))
-                sbb += float(np.einsum("i,i->", b64[:m], b64[:m]))
+            K.chunk_pass(bc, dc, flags, par, sq[:m], re[:m], ulp[:m], cnt, mx, fig, sums)
+            dot += float(sums[K.O_DOT])
+            sdd += float(sums[K.O_SDD])
+            sbb += float(sums[K.O_SBB])
+            sq_sum += float(sums[K.O_SQ])
+            re_sum += float(sums[K.O_RE])
+            ulp_sum += float(sums[K.O_ULP])
     out = MetricSet(n=n, nonfinite_mismatch=int(cnt[K.C_MISMATCH]), nonfinite_agreed=int(cnt[K.C_AGREED]))
     if g.figures:
         out.figures = Figures(n, *(float(fig[i]) for i in (K.F_SQ, K.F_ABS, K.F_SUM, K.F_PEAK, K.F_ERR_MAX,
                                                            K.F_ERR_SUM)), int(fig[K.F_ERR_BAD]))
     v = out.values
     if g.legacy:
-        out.cosine = _cosine(n, chunk, mx, (dot, sdd, sbb), (bs, ds, b64, d64), g)
+        out.cosine = _cosine(n, chunk, mx, (dot, sdd, sbb), (bs, ds, par, (sq[:0], re[:0], ulp[:0]), fig[:0]), g)
         v["cosine"] = out.cosine.value
         v["max_abs_err"] = None if n == 0 else tae.type(mx[K.M_AE])
         for (key, _), c in zip(g.ratios, (cnt[K.C_R0], cnt[K.C_R1], cnt[K.C_R2])):
             v[key] = int(c) / n if n else 1
     if g.binary:
         v["binary_error_rate"] = int(cnt[K.C_BIN]) / n if n else "Nan"
-    if small:
+    if g.small_value is not None:
         sv_count, masked = int(cnt[K.C_SV]), int(cnt[K.C_MASKED])
         v["small_value_err_ratio"] = int(cnt[K.C_SV_ERR]) / sv_count if sv_count else 0
         v["rmse"] = math.sqrt(sq_sum / n * (n / (n - masked + 0.0001) + 0.0001)) if n else float("nan")
@@ -251,9 +243,9 @@ def run(bench: Any, device: Any, groups: Groups, chunk: int = CHUNK) -> MetricSe
 
 
 def _cosine(n: int, chunk: int, mx: np.ndarray, sums: tuple, data: tuple, g: Groups) -> CosineResult:
-    """Cosine similarity (2.1). One chunk: msprobe's normalised formula over the kernel's float64 copies.
-    Several chunks: the dot products summed during the pass (the same value up to rounding), unless the
-    maxima are so large or small that the unscaled squares could overflow; then a normalised second read."""
+    """Cosine similarity (2.1): msprobe's normalised formula (the values divided by their maxima) in one chunk;
+    in several, the dot products summed during the pass (the same value up to rounding), unless the maxima are
+    so large or small that the unscaled squares could overflow: then the normalised formula chunk by chunk."""
     if n == 0:
         raise ValueError(MSG_EMPTY_MAX)
     if n == 1:
@@ -266,17 +258,11 @@ def _cosine(n: int, chunk: int, mx: np.ndarray, sums: tuple, data: tuple, g: Gro
         return CosineResult(None, False, MSG_DEVICE_ZERO)
     if b_zero:
         return CosineResult(None, False, MSG_BENCH_ZERO)
-    md, mb = np.float64(max_d), np.float64(max_b)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if n > chunk and all(_SAFE_LO < m < _SAFE_HI for m in (max_d, max_b)):
             dot, sdd, sbb = sums
-        elif n <= chunk:
-            _, _, b64, d64 = data
-            d, b = d64[:n] / md, b64[:n] / mb
-            dot, sdd, sbb = (float(np.einsum("i,i->", d, b)), float(np.einsum("i,i->", d, d)),
-                             float(np.einsum("i,i->", b, b)))
         else:
-            dot, sdd, sbb = _normalised_dots(n, chunk, md, mb, data, g)
+            dot, sdd, sbb = _normalised_dots(n, chunk, float(max_d), float(max_b), data, g)
         cos = np.float64(dot) / (np.sqrt(np.float64(sdd)) * np.sqrt(np.float64(sbb)))
     if np.isnan(cos):
         return CosineResult(float("nan"), False, MSG_COS_NAN)
@@ -284,29 +270,24 @@ def _cosine(n: int, chunk: int, mx: np.ndarray, sums: tuple, data: tuple, g: Gro
     return CosineResult(cos, cos > g.cosine_pass, "")
 
 
-def _normalised_dots(n: int, chunk: int, md: Any, mb: Any, data: tuple, g: Groups) -> tuple:
-    """The dot products of the normalised copies, chunk by chunk: the kernel's float64 copies of each chunk
-    read again (agreed non-finite positions zeroed as in the pass) divided by the maxima."""
-    bs, ds, b64, d64 = data
-    tb, td = np.dtype(bs.dtype), np.dtype(ds.dtype)
+def _normalised_dots(n: int, chunk: int, md: float, mb: float, data: tuple, g: Groups) -> tuple:
+    """The dot products of the values divided by the maxima (agreed non-finite positions zeroed as in the
+    pass), each chunk read again by the kernel, the chunks' sums added in order."""
+    bs, ds, par, scratch, fig = data
+    par = par.copy()
+    par[K.P_SCALE_D], par[K.P_SCALE_B] = md, mb
+    flags = K.DOTS | K.SCALED | (K.AGREE if g.agree_nonfinite else 0)
     cnt, mx = np.zeros(K.N_CNT, np.int64), np.full(K.N_MAX, -1.0)
-    par = np.zeros(K.N_PAR)
-    par[K.P_EPS] = tb.type(g.eps)
-    flags = K.LEGACY | (K.AGREE if g.agree_nonfinite else 0)
-    ta = np.result_type(tb, td)
-    empty = np.empty(0, np.float32 if ta == np.float16 else ta)      # as the pass's scratch types
+    out = np.zeros(K.N_OUT)
     dot = sdd = sbb = 0.0
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
-        m = stop - start
-        bc = _kernel_view(np.asarray(bs.read(start, stop), tb))
-        dc = _kernel_view(np.asarray(ds.read(start, stop), td))
-        K.chunk_pass(bc, dc, flags, par, empty, empty, b64[:m], d64[:m],
-                     np.empty(0, np.float32), cnt, mx, np.empty(0))
-        d, b = d64[:m] / md, b64[:m] / mb
-        dot += float(np.einsum("i,i->", d, b))
-        sdd += float(np.einsum("i,i->", d, d))
-        sbb += float(np.einsum("i,i->", b, b))
+        bc = _kernel_view(_read(bs, start, stop))
+        dc = _kernel_view(_read(ds, start, stop))
+        K.chunk_pass(bc, dc, flags, par, *scratch, cnt, mx, fig, out)
+        dot += float(out[K.O_DOT])
+        sdd += float(out[K.O_SDD])
+        sbb += float(out[K.O_SBB])
     return dot, sdd, sbb
 
 

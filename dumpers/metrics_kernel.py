@@ -3,8 +3,8 @@
 :func:`chunk_pass` reads one chunk of the prepared bench and device arrays and computes, in one loop per metric
 group over the chunk while it is in the cache, everything of spec precision-standard.md section 2 that does not
 depend on the order of the elements: counts, NaN-propagating maxima, the masked squares, the kept relative errors
-(in order), the ULP errors and the float64 copies the cosine's dot products read. :mod:`dumpers.metrics_engine`
-sums those arrays with numpy (``np.sum``, ``np.einsum``), so the sums keep numpy's own order and bits.
+(in order), the ULP errors; then the chunk's sums of those in numpy's order, and the cosine's dot products of the
+chunk's float64 values in ``np.einsum``'s (:mod:`dumpers.metrics_sums`), so every sum is numpy's, bit for bit.
 
 One group is no metric of the standard: the figures of the Error / Expected column (``FIGURES``, :func:`_figures`):
 the device output's magnitudes and its observed error against the bench, the same terms as the reference
@@ -23,17 +23,21 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
-from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic, overload
+from numba.extending import overload
 
-# metric groups
-LEGACY, BINARY, SMALL, ABSOLUTE, ULP, AGREE, CLASS_MATCH, FIGURES = 1, 2, 4, 8, 16, 32, 64, 128
-# par: eps, t0, t1, t2, sv, sv_atol, a_sv, a_atol, a_rtol, a_hi, ulp_min_eb, ulp_exp, ulp_thr
-(P_EPS, P_T0, P_T1, P_T2, P_SV, P_SV_ATOL, P_A_SV, P_A_ATOL, P_A_RTOL, P_A_HI, P_MIN_EB, P_EXP, P_THR) = range(13)
-N_PAR = 13
+from dumpers.metrics_sums import _dots, array_sum
+from dumpers.metrics_types import (_bits, _bits32, _finite, _from_bits, _from_bits32, _inc, _inline, _jit, _key,
+                                   _load, _pow2, _reassoc, _rnd, _start, _type_of, _unkey, _wider)
+
+# metric groups; DOTS: the cosine's dot products of the chunk (SCALED: of the values divided by par's scales)
+LEGACY, BINARY, SMALL, ABSOLUTE, ULP, AGREE, CLASS_MATCH, FIGURES, DOTS, SCALED = 1, 2, 4, 8, 16, 32, 64, 128, 256, 512
+# par: eps, t0, t1, t2, sv, sv_atol, a_sv, a_atol, a_rtol, a_hi, ulp_min_eb, ulp_exp, ulp_thr, the scales of d and b,
+# numpy's buffer size (the runs its sums are made in)
+(P_EPS, P_T0, P_T1, P_T2, P_SV, P_SV_ATOL, P_A_SV, P_A_ATOL, P_A_RTOL, P_A_HI, P_MIN_EB, P_EXP, P_THR, P_SCALE_D,
+ P_SCALE_B, P_RUN) = range(16)
+N_PAR = 16
 # cnt: counts
 (C_R0, C_R1, C_R2, C_BIN, C_SV, C_SV_ERR, C_MASKED, C_EBP, C_EBN, C_KEPT, C_INF, C_INF_BAD, C_ASV, C_ASV_ERR,
  C_NORMAL, C_NORMAL_ERR, C_ULP_ABOVE, C_AGREED, C_MISMATCH) = range(19)
@@ -45,160 +49,10 @@ N_MAX = 5
 # the observed error |d - b|: its largest value and sum, and how many non-finite positions mismatch
 F_SQ, F_ABS, F_SUM, F_PEAK, F_ERR_MAX, F_ERR_SUM, F_ERR_BAD = range(7)
 N_FIG = 7
-
-_jit = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy")
-_inline = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy", inline="always")
-# float additions may be reassociated (the sums of FIGURES only): LLVM then keeps one accumulator per vector lane
-_reassoc = numba.njit(nogil=True, boundscheck=False, cache=True, error_model="numpy", fastmath={"reassoc"})
-
-
-def _bitcast(src: types.Type, dst: types.Type, dst_ir: ir.Type):
-    def impl(typingctx, value):
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], dst_ir)
-        return dst(src), codegen
-    return intrinsic(impl)
-
-
-_bits = _bitcast(types.float64, types.int64, ir.IntType(64))
-_from_bits = _bitcast(types.int64, types.float64, ir.DoubleType())
-_bits32 = _bitcast(types.float32, types.int32, ir.IntType(32))
-_from_bits32 = _bitcast(types.int32, types.float32, ir.FloatType())
-
-
-# --- the numeric types, fixed per compiled version by the arrays' element types -------------------------------
-# A type is named by a zero of it: np.float64(0), np.float32(0), or np.uint16(0) for float16 (whose values are
-# float32 numbers rounded to float16).
-def _type_of(a):
-    """The type the elements of array ``a`` are computed in (float16 comes as uint16 bits, bfloat16 as int16)."""
-
-
-@overload(_type_of)
-def _type_of_typed(a):
-    if a.dtype == types.float64:
-        return lambda a: np.float64(0.0)
-    if a.dtype in (types.float32, types.int16):             # int16: the bits of bfloat16, exact in float32
-        return lambda a: np.float32(0.0)
-    return lambda a: np.uint16(0)
-
-
-def _wider(x, y):
-    """numpy's result type of two types."""
-
-
-@overload(_wider)
-def _wider_typed(x, y):
-    if types.float64 in (x, y):
-        return lambda x, y: np.float64(0.0)
-    if types.float32 in (x, y):
-        return lambda x, y: np.float32(0.0)
-    return lambda x, y: np.uint16(0)
-
-
-def _rnd(x, z):
-    """``x`` rounded to the type ``z`` (float16: a float32 holding a float16 value)."""
-
-
-@overload(_rnd)
-def _rnd_typed(x, z):
-    if z == types.float64:
-        return lambda x, z: np.float64(x)
-    if z == types.float32:
-        return lambda x, z: np.float32(x)
-    return lambda x, z: np.float32(_to_f16(np.float64(x)))
-
-
-def _load(a, i):
-    """Element ``i`` of a float array in its type (float16 and bfloat16 bits as a float32 value)."""
-
-
-@overload(_load)
-def _load_typed(a, i):
-    if a.dtype == types.uint16:
-        return lambda a, i: _f16_value(a[i])
-    if a.dtype == types.int16:
-        return lambda a, i: _from_bits32(np.int32(np.int32(a[i]) << 16))
-    return lambda a, i: a[i]
-
-
-def _key(x):
-    """An order key of a value >= 0 or NaN: its bits, sign cleared (every NaN's above inf's), so numpy's
-    NaN-propagating maximum is an integer maximum, which unlike a NaN-aware float maximum vectorises."""
-
-
-@overload(_key)
-def _key_typed(x):
-    if x == types.float32:
-        return lambda x: _bits32(abs(x))
-    return lambda x: _bits(abs(np.float64(x)))
-
-
-def _start(m, z):
-    """The key of a running maximum ``m`` of values computed in type ``z`` (-1.0: nothing seen yet -> -1)."""
-
-
-@overload(_start)
-def _start_typed(m, z):
-    if z == types.float64:
-        return lambda m, z: np.int64(-1) if m < 0 else _bits(abs(m))
-    return lambda m, z: np.int32(-1) if m < 0 else _bits32(abs(np.float32(m)))
-
-
-def _unkey(k):
-    """A running maximum's key back to its value as float64; -1 (nothing seen) stays -1.0."""
-
-
-@overload(_unkey)
-def _unkey_typed(k):
-    if k == types.int32:
-        return lambda k: -1.0 if k < 0 else np.float64(_from_bits32(k))
-    return lambda k: -1.0 if k < 0 else _from_bits(k)
-
-
-@_inline
-def _f16_value(h):
-    """float16 bits -> float32, exactly, without a branch."""
-    h = np.int32(h)
-    sign = (h & 0x8000) << 16
-    e = (h >> 10) & 0x1f
-    m = h & 0x3ff
-    normal = sign | ((e + 112) << 23) | (m << 13)
-    special = sign | 0x7f800000 | (m << 13)                           # inf, nan
-    tiny = sign | _bits32(np.float32(m) * np.float32(2.0 ** -24))     # zero, subnormal
-    return _from_bits32(np.int32(special if e == 0x1f else (tiny if e == 0 else normal)))
-
-
-@_jit
-def _to_f16(x):
-    """``x`` rounded to the nearest float16 (ties to even, subnormals, overflow to inf), as float64."""
-    if x == 0.0 or not math.isfinite(x):
-        return x
-    e = math.frexp(x)[1]
-    qe = -24 if e - 11 < -24 else e - 11
-    r = math.ldexp(np.rint(math.ldexp(x, -qe)), qe)
-    return math.copysign(math.inf, r) if abs(r) > 65504.0 else r
-
-
-@_inline
-def _inc(c, x):
-    """A per-chunk count plus ``x`` in int32 (a chunk holds under 2**31 elements): lanes as wide as float32's."""
-    return np.int32(c + x)
-
-
-@_inline
-def _finite(x):
-    return abs(x) < math.inf                  # False for inf and nan, without a call
-
-
-@_inline
-def _pow2(k):
-    """2**k of an integral k, exactly; inf/nan pass through as exp2 gives them."""
-    if -1022.0 <= k <= 1023.0:          # a normal float64: its exponent field alone
-        return _from_bits(np.int64(k + 1023) << 52)
-    if not math.isfinite(k):
-        return math.pow(2.0, k)
-    return math.ldexp(1.0, int(k))
-
+# out: the chunk's sums: the dot products d.b, d.d, b.b (DOTS), of the masked squares and the kept relative errors
+# (SMALL) and of the ULP errors (ULP), each as numpy sums the chunk's array
+O_DOT, O_SDD, O_SBB, O_SQ, O_RE, O_ULP = range(6)
+N_OUT = 6
 
 # The ULP exponent floor(log2|b|), with log2 rounded to the compute type as numpy computes it, is the exponent
 # field of a normal b = m * 2**e (1 <= m < 2) unless m is so close to 2 that the rounded logarithm reaches e + 1.
@@ -257,13 +111,14 @@ def _ulp_slow(bc, dc, zc, min_eb, exp_num):
 
 
 @_jit
-def chunk_pass(b, d, flags, par, sq, re, b64, d64, ulp, cnt, mx, fig):
+def chunk_pass(b, d, flags, par, sq, re, ulp, cnt, mx, fig, out):
     """One chunk: ``b``/``d`` bench and device (float64, float32, float16 bits as uint16, bfloat16 bits as int16),
-    ``flags`` the groups, ``par`` the parameters. Writes ``sq`` (masked squares), ``re`` (kept relative errors,
-    compacted), ``b64``/``d64`` (float64 copies for the dot products, agreed non-finite positions zeroed), ``ulp``
-    (ULP errors, in the ULP compute type: its element type); adds to ``cnt``, ``mx`` and (FIGURES) ``fig``; returns
-    how many relative errors were kept. The types follow from the arrays' element types: constants of each
-    compiled version."""
+    ``flags`` the groups, ``par`` the parameters; ``sq``, ``re`` and ``ulp`` scratch of the chunk's size (float16
+    results kept in float32), in the types the sums are made in. Adds to ``cnt``, ``mx`` and (FIGURES) ``fig``;
+    sets ``out``: (DOTS) the dot products of the float64 values (agreed non-finite positions zeroed; SCALED:
+    d and b divided by ``par``'s scales) as ``np.einsum`` sums them, (SMALL) ``np.sum`` of the masked squares and
+    of the kept relative errors, (ULP) of the ULP errors. The types follow from the arrays' element types:
+    constants of each compiled version."""
     n = b.shape[0]
     zb, zd = _type_of(b), _type_of(d)
     zae = _wider(zb, zd)                         # numpy's result type of bench and device
@@ -271,21 +126,22 @@ def chunk_pass(b, d, flags, par, sq, re, b64, d64, ulp, cnt, mx, fig):
     agree = (flags & AGREE) != 0
     eps = _rnd(par[P_EPS], zb)
     t0, t1, t2 = _rnd(par[P_T0], zae), _rnd(par[P_T1], zae), _rnd(par[P_T2], zae)
-    kept = n
-    if flags & LEGACY:      # first: it streams the chunk in at an even pace whatever the arrays' offsets
-        _copies(b, d, zb, zd, zae, False, b64, d64)   # (the faster legacy loop first stalled up to 3x on some)
     agreed = _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, cnt, mx) if flags & (LEGACY | BINARY) else 0
-    if agreed and flags & LEGACY:
-        _copies(b, d, zb, zd, zae, True, b64, d64)    # the agreed non-finite positions zeroed
+    if flags & DOTS:       # zeroing agreed positions: only where the legacy loop found some (or did not look)
+        zero = agree and (agreed > 0 or (flags & (LEGACY | BINARY)) == 0)
+        _dots(b, d, zb, zd, zae, zero, (flags & SCALED) != 0, par[P_SCALE_D], par[P_SCALE_B], out)
     if flags & FIGURES:
         _figures(b, d, fig)
     if flags & SMALL:
         kept = _small(b, d, zb, zd, zae, eps, _rnd(par[P_SV], zb), _rnd(par[P_SV_ATOL], zae), sq, re, cnt, mx)
+        run = max(int(par[P_RUN]), 1)
+        out[O_SQ] = array_sum(sq, n, run, zae)
+        out[O_RE] = array_sum(re, kept, run, zae)
     if flags & ABSOLUTE:
         _absolute(b, d, zb, zd, zae, eps, par, (flags & CLASS_MATCH) != 0, cnt)
     if flags & ULP:
         _ulp(b, d, zc, par[P_MIN_EB], par[P_EXP], _rnd(par[P_THR], zc), ulp, cnt, mx)
-    return kept
+        out[O_ULP] = array_sum(ulp, n, max(int(par[P_RUN]), 1), zc)
 
 
 @_jit
@@ -315,21 +171,6 @@ def _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, counts, mx):
         counts[slot] += v
     mx[M_AE], mx[M_B], mx[M_D] = _unkey(k_ae), _unkey(k_b), _unkey(k_d)
     return n_agreed
-
-
-@_jit
-def _copies(b, d, zb, zd, zae, agreed, b64, d64):
-    """The float64 copies the dot products read; if ``agreed``, the agreed non-finite positions zeroed. (A loop of
-    its own: with these float64 stores the legacy loop runs half as wide.)"""
-    if not agreed:
-        for i in range(b.shape[0]):
-            b64[i], d64[i] = _load(b, i), _load(d, i)
-        return
-    for i in range(b.shape[0]):
-        bv, dv = _load(b, i), _load(d, i)
-        bt = _rnd(bv, zd)
-        zero = ~_finite(_rnd(dv - bv, zae)) & (((dv != dv) & (bt != bt)) | (dv == bt))
-        b64[i], d64[i] = (_rnd(0.0, zb) if zero else bv), (_rnd(0.0, zd) if zero else dv)
 
 
 @_reassoc
@@ -430,30 +271,34 @@ _BLOCK = 128
 @_jit
 def _compact(re, n):
     """Move the kept relative errors (not -inf) of ``re[:n]`` to the front, in order; returns how many. Blocks
-    without a masked one move whole (through a buffer: both copies vectorise), the others one by one."""
+    without a masked one move whole (through a buffer: both copies vectorise), the others one by one. (Unsigned
+    indices: numba checks no negative index for them.)"""
     buf = np.empty(_BLOCK, re.dtype)
-    kept = 0
-    full = n - n % _BLOCK
-    for lo in range(0, full, _BLOCK):
+    kept, lo, one = np.uint64(0), np.uint64(0), np.uint64(1)
+    full, end = np.uint64(n - n % _BLOCK), np.uint64(n)
+    while lo < full:
         drop = np.int32(0)
         for i in range(_BLOCK):
-            drop = _inc(drop, re[lo + i] == -math.inf)
+            drop = _inc(drop, re[lo + np.uint64(i)] == -math.inf)
         if drop == 0:
             if kept != lo:
                 for i in range(_BLOCK):
-                    buf[i] = re[lo + i]
+                    buf[i] = re[lo + np.uint64(i)]
                 for i in range(_BLOCK):
-                    re[kept + i] = buf[i]
-            kept += _BLOCK
+                    re[kept + np.uint64(i)] = buf[i]
+            kept += np.uint64(_BLOCK)
+            lo += np.uint64(_BLOCK)
         else:
-            for i in range(lo, lo + _BLOCK):
-                x = re[i]
+            for _ in range(_BLOCK):
+                x = re[lo]
                 re[kept] = x
-                kept += x != -math.inf
-    for i in range(full, n):
-        x = re[i]
+                kept += one if x != -math.inf else np.uint64(0)
+                lo += one
+    while lo < end:
+        x = re[lo]
         re[kept] = x
-        kept += x != -math.inf
+        kept += one if x != -math.inf else np.uint64(0)
+        lo += one
     return np.int32(kept)
 
 

@@ -1,23 +1,27 @@
-"""numpy's float64 sums and maxima, fused with the terms they sum (numba, ``cache=True``): the reference
-figures of :mod:`pytest_msprobe.precision.expected_error` (``observe`` and the tensor magnitudes), bit for bit
-what numpy gives, without a float64 temporary.
+"""numpy's sums, made in numpy's order by numba (``cache=True``), bit for bit what numpy gives, without a
+temporary array: the metric pass's chunk sums, and the reference figures of
+:mod:`pytest_msprobe.precision.expected_error`.
 
-``np.add.reduce`` of float64 values sums each run it is handed by pairwise summation (runs under 8 one by
-one, runs up to 128 in 8 interleaved accumulators, longer runs split in two halves rounded down to a
-multiple of 8) and adds the run's sum to the result. A contiguous float64 array is one run; values cast
-from float32 come in runs of numpy's buffer size. The functions below make the terms on the fly (no
-temporary array) and sum them in that order, so their sums are numpy's bit for bit.
+``np.add.reduce`` hands its loop runs of numpy's buffer size (``np.getbufsize()``, 8192 by default), sums each
+run pairwise (runs under 8 one by one, up to 128 in 8 interleaved accumulators, longer ones split in two halves,
+the first rounded down to a multiple of 8) in the result's type (float16 in float32, rounded to float16 after each
+run) and adds the runs' sums in order to 0. ``np.einsum("i,i->")`` of two float64 arrays sums runs of 8192
+products in two lanes (see :func:`_dots`).
 
-They are the reference, not the checker's usual path: the metric pass measures the same figures of every output
-it compares while it reads it (``FIGURES``, :func:`dumpers.metrics_kernel._figures`), in its own order, and the
-tests hold those to these within the bound that order allows; these read the arrays the pass did not measure
-(a call's inputs, a replayed output against its recording).
+- :func:`array_sum` and :func:`_dots`: the sums :mod:`dumpers.metrics_kernel` makes of a chunk (masked squares,
+  kept relative errors, ULP errors; the cosine's dot products, read straight from the chunk's elements).
+- :func:`float64_sum`, :func:`abs_diff_max`, :func:`magnitude_sums`: float64 sums and maxima fused with the terms
+  they sum (``|x - y|``, ``|x|``, ``x``, ``x**2``), the reference figures (``observe`` and the tensor magnitudes).
+  They are the reference, not the checker's usual path: the metric pass measures the same figures of every output
+  it compares while it reads it (``FIGURES``, :func:`dumpers.metrics_kernel._figures`), in its own order, and the
+  tests hold those to these within the bound that order allows; these read the arrays the pass did not measure
+  (a call's inputs, a replayed output against its recording).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from dumpers.metrics_kernel import _inline, _jit, _key, _load, _unkey
+from dumpers.metrics_types import _finite, _inline, _jit, _key, _load, _rnd, _unkey
 
 T_ABS_DIFF, T_ABS, T_VALUE = 0, 1, 2
 
@@ -232,3 +236,140 @@ def magnitude_sums(x, run):
         k = max(k, top)
         start += m
     return q, a, v, _unkey(k)
+
+
+# --- np.sum of a float32 or float64 array, in its type ---------------------------------------------------------
+_U1, _U2, _U3, _U4, _U5, _U6, _U7, _U8 = (np.uint64(k) for k in range(1, 9))
+
+
+@_inline
+def _leaf_elements(a, lo, n):
+    """numpy's sum of ``a[lo:lo + n]`` (1 <= n <= 128) in a's type. (Unsigned indices: numba checks no
+    negative index for them, so the eight accumulators vectorise.)"""
+    if n < 8:
+        res = a[lo]                       # -0.0 + a[lo], exactly
+        for i in range(lo + 1, lo + n):
+            res += a[i]
+        return res
+    u = np.uint64(lo)
+    r0, r1, r2, r3 = a[u], a[u + _U1], a[u + _U2], a[u + _U3]
+    r4, r5, r6, r7 = a[u + _U4], a[u + _U5], a[u + _U6], a[u + _U7]
+    stop = np.uint64(lo + n - n % 8)
+    u += _U8
+    while u < stop:
+        r0, r1, r2, r3 = r0 + a[u], r1 + a[u + _U1], r2 + a[u + _U2], r3 + a[u + _U3]
+        r4, r5, r6, r7 = r4 + a[u + _U4], r5 + a[u + _U5], r6 + a[u + _U6], r7 + a[u + _U7]
+        u += _U8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    end = np.uint64(lo + n)
+    while u < end:
+        res += a[u]
+        u += _U1
+    return res
+
+
+@_jit
+def _pairwise_elements(a, lo, n):
+    """numpy's pairwise sum of ``a[lo:lo + n]`` (n >= 1) in a's type."""
+    if n <= 128:
+        return _leaf_elements(a, lo, n)
+    los, ns = np.empty(_DEPTH, np.int64), np.empty(_DEPTH, np.int64)
+    step, sums = np.zeros(_DEPTH, np.int8), np.empty(_DEPTH, a.dtype)
+    top, r = 0, 0
+    los[0], ns[0] = lo, n
+    while top >= 0:
+        m = ns[top]
+        if m <= 128:
+            sums[r] = _leaf_elements(a, los[top], m)
+            r += 1
+            top -= 1
+        elif step[top] < 2:
+            top = _descend(los, ns, step, top)
+        else:
+            r -= 1
+            sums[r - 1] = sums[r - 1] + sums[r]
+            top -= 1
+    return sums[0]
+
+
+@_jit
+def array_sum(a, n, run, z):
+    """``np.sum(a[:n])`` of a contiguous float32 or float64 array in type ``z`` (a's, or float16 for float16
+    values held in float32), bit for bit: numpy hands the reduction runs of ``run`` elements (its buffer size,
+    ``np.getbufsize()``), sums each pairwise (float16 in float32) and adds the runs' sums in order to 0, the
+    total rounded to ``z`` after each."""
+    total = _rnd(0.0, z)
+    start = 0
+    while start < n:
+        m = min(run, n - start)
+        total = _rnd(total + _pairwise_elements(a, start, m), z)
+        start += m
+    return total
+
+
+# The dot products in np.einsum's order ("i,i->" of two contiguous float64 arrays): runs of numpy's buffer size
+# (8192 elements), each summed in two lanes (even and odd positions), eight elements a step, the step's pairs
+# added from the last to the first; a tail of under eight in pairs, a missing odd element as +0.0; then the two
+# lanes added and the run's sum added to the result. Each lane is a chain of dependent additions: the three
+# products are made a block at a time first (a vectorised loop) and their three chains then run side by side.
+_RUN, _BLOCK_DOTS = 8192, 512
+
+
+@_inline
+def _pair(b, d, i, zb, zd, zae, zero_agreed, scaled, sd, sb):
+    """(device, bench) element ``i`` as the cosine reads it: float64, an agreed non-finite position as zeros,
+    divided by the scales if ``scaled``."""
+    bv, dv = _load(b, i), _load(d, i)
+    x, y = np.float64(dv), np.float64(bv)
+    if zero_agreed:
+        bt = _rnd(bv, zd)
+        if ~_finite(_rnd(dv - bv, zae)) & (((dv != dv) & (bt != bt)) | (dv == bt)):
+            x, y = 0.0, 0.0
+    if scaled:
+        x, y = x / sd, y / sb
+    return x, y
+
+
+@_jit
+def _products(b, d, zb, zd, zae, zero_agreed, scaled, sd, sb, pdb, pdd, pbb):
+    """The products x*y, x*x, y*y of a block (a loop of its own: it vectorises)."""
+    for j in range(b.shape[0]):
+        x, y = _pair(b, d, j, zb, zd, zae, zero_agreed, scaled, sd, sb)
+        pdb[j] = x * y
+        pdd[j] = x * x
+        pbb[j] = y * y
+
+
+@_jit
+def _dots(b, d, zb, zd, zae, zero_agreed, scaled, sd, sb, out):
+    """``out`` = (d.b, d.d, b.b) of the chunk in np.einsum's order (see above); agreed non-finite positions
+    zeroed if ``zero_agreed``."""
+    n = b.shape[0]
+    pdb, pdd, pbb = np.empty(_BLOCK_DOTS), np.empty(_BLOCK_DOTS), np.empty(_BLOCK_DOTS)
+    t0 = t1 = t2 = 0.0
+    for lo in range(0, n, _RUN):
+        hi = min(lo + _RUN, n)
+        full = lo + (hi - lo) // 8 * 8
+        p0 = p1 = q0 = q1 = r0 = r1 = 0.0
+        for blo in range(lo, full, _BLOCK_DOTS):
+            m = min(_BLOCK_DOTS, full - blo)
+            _products(b[blo:blo + m], d[blo:blo + m], zb, zd, zae, zero_agreed, scaled, sd, sb, pdb, pdd, pbb)
+            for k in range(m // 8):
+                j = np.uint64(8 * k)          # unsigned: no negative-index wraparound in the loop
+                p0 = (((p0 + pdb[j + 6]) + pdb[j + 4]) + pdb[j + 2]) + pdb[j]
+                p1 = (((p1 + pdb[j + 7]) + pdb[j + 5]) + pdb[j + 3]) + pdb[j + 1]
+                q0 = (((q0 + pdd[j + 6]) + pdd[j + 4]) + pdd[j + 2]) + pdd[j]
+                q1 = (((q1 + pdd[j + 7]) + pdd[j + 5]) + pdd[j + 3]) + pdd[j + 1]
+                r0 = (((r0 + pbb[j + 6]) + pbb[j + 4]) + pbb[j + 2]) + pbb[j]
+                r1 = (((r1 + pbb[j + 7]) + pbb[j + 5]) + pbb[j + 3]) + pbb[j + 1]
+        for i in range(full, hi, 2):
+            x, y = _pair(b, d, i, zb, zd, zae, zero_agreed, scaled, sd, sb)
+            p0, q0, r0 = p0 + x * y, q0 + x * x, r0 + y * y
+            x = y = 0.0
+            if i + 1 < hi:
+                x, y = _pair(b, d, i + 1, zb, zd, zae, zero_agreed, scaled, sd, sb)
+            p1, q1, r1 = p1 + x * y, q1 + x * x, r1 + y * y
+        t0 += p0 + p1
+        t1 += q0 + q1
+        t2 += r0 + r1
+    out[0], out[1], out[2] = t0, t1, t2

@@ -112,7 +112,7 @@ def test_status_literals_only_in_their_homes():
 
 
 # the metric engine shared with online dispatch: below both, pure (numpy and numba only)
-METRIC_ENGINE = ("dumpers.metrics_engine", "dumpers.metrics_kernel", "dumpers.metrics_sums")
+METRIC_ENGINE = ("dumpers.metrics_engine", "dumpers.metrics_kernel", "dumpers.metrics_sums", "dumpers.metrics_types")
 
 
 def test_precision_imports_nothing_of_the_house():

@@ -204,6 +204,74 @@ def test_kept_relative_errors_in_order_whatever_the_masked_pattern():
         check(b, (b * (1 + 1e-3 * rng.standard_normal(n))).astype(np.float32), "float32", 1 << 16)
 
 
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 1000, 8191, 8192, 8193, 16385, 20001, 65535])
+@pytest.mark.parametrize("bufsize", [8192, 4096])
+def test_array_sums_are_numpys_bits(n, bufsize):
+    """The chunk's sums the kernel makes (masked squares, kept relative errors, ULP errors) equal np.sum of the
+    array, bit for bit, in float64, float32 and float16 (whose values the kernel holds in float32), for any
+    numpy buffer size."""
+    from dumpers import metrics_sums as S
+    x = np.random.default_rng(n).standard_normal(n) * 30
+    old = np.getbufsize()
+    np.setbufsize(bufsize)
+    try:
+        for values, held, zero in ((x, x, np.float64(0)), (x.astype(np.float32), x.astype(np.float32), np.float32(0)),
+                                   (x.astype(np.float16), x.astype(np.float16).astype(np.float32), np.uint16(0))):
+            got = S.array_sum(held, n, np.getbufsize(), zero)
+            assert got == values.sum(), (values.dtype, got, values.sum())
+    finally:
+        np.setbufsize(old)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 8, 9, 15, 17, 511, 512, 513, 8191, 8192, 8193, 8199, 20001, 65536])
+@pytest.mark.parametrize("bufsize", [8192, 4096])
+def test_dot_products_are_einsums_bits(n, bufsize):
+    """The cosine's dot products of a chunk (d.b, d.d, b.b of the float64 values; scaled: divided by the
+    maxima; agreed non-finite positions zeroed) equal np.einsum's of the float64 arrays, bit for bit, for every
+    element type the kernel reads and any numpy buffer size."""
+    import torch
+
+    from dumpers import metrics_kernel as K
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n) * np.exp(rng.uniform(-4, 4, n))
+    y = x * (1 + 1e-2 * rng.standard_normal(n))
+    if n > 9:
+        x[[2, 5, 9]], y[[2, 5, 9]] = [np.inf, np.nan, 1.0], [np.inf, np.nan, np.nan]   # two agree, one does not
+    brain = torch.from_numpy(x.astype(np.float32)).bfloat16()
+    half = x.astype(np.float16)
+    reads = [(y.astype(np.float32), x.astype(np.float32), x.astype(np.float32)), (y, x, x),
+             (y, half.view(np.uint16), half), (y.astype(np.float32), brain.view(torch.int16).numpy(),
+                                               brain.float().numpy())]
+    old = np.getbufsize()
+    np.setbufsize(bufsize)
+    try:
+        for b, d, d_values in reads:
+            for scaled in (False, True):
+                for agree in (False, True):
+                    b64, d64 = b.astype(np.float64), d_values.astype(np.float64)
+                    if agree:
+                        with np.errstate(invalid="ignore"):
+                            zero = ~np.isfinite(d64 - b64) & ((np.isnan(d64) & np.isnan(b64)) | (d64 == b64))
+                        b64[zero] = d64[zero] = 0.0
+                    sd, sb = (3.0, 0.7) if scaled else (1.0, 1.0)
+                    b64, d64 = b64 / sb, d64 / sd
+                    want = [float(np.einsum("i,i->", d64, b64)), float(np.einsum("i,i->", d64, d64)),
+                            float(np.einsum("i,i->", b64, b64))]
+                    par = np.zeros(K.N_PAR)
+                    par[K.P_SCALE_D], par[K.P_SCALE_B] = sd, sb
+                    flags = K.DOTS | (K.SCALED if scaled else 0) | (K.AGREE if agree else 0)
+                    out = np.zeros(3)
+                    K.chunk_pass(b, d, flags, par, np.empty(0, np.float32 if b.dtype == np.float32 else b.dtype),
+                                 np.empty(0, np.float32 if b.dtype == np.float32 else b.dtype),
+                                 np.empty(0, np.float32), np.zeros(K.N_CNT, np.int64), np.full(K.N_MAX, -1.0),
+                                 np.empty(0), out)
+                    got = out.tolist()
+                    assert all(g == w or (math.isnan(g) and math.isnan(w)) for g, w in zip(got, want)), \
+                        (b.dtype, d.dtype, scaled, agree, got, want)
+    finally:
+        np.setbufsize(old)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 1000, 8191, 8192, 8193, 20000, 65539])
 @pytest.mark.parametrize("bufsize", [8192, 4096])
