@@ -147,14 +147,44 @@ def chunk_pass(b, d, flags, par, sq, re, ulp, cnt, mx, fig, out):
 @_jit
 def _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, counts, mx):
     """Max abs error, the three ratios, the binary rate and the non-finite agreement (2.1-2.4); returns how many
-    non-finite positions agree."""
+    non-finite positions agree. A chunk whose differences are all finite (or read without agreement) agrees on
+    nothing: its loop looks for no agreement; any other chunk is read again by :func:`_legacy_agreeing`."""
+    r0 = r1 = r2 = n_bin = np.int32(0)
+    k_ae, k_b, k_d = _start(-1.0, zae), _start(-1.0, zb), _start(-1.0, zd)
+    for i in range(b.shape[0]):
+        bv, dv = _load(b, i), _load(d, i)
+        ae = abs(_rnd(dv - bv, zae))
+        r = _rnd(ae / _rnd(abs(bv) + eps, zb), zae)
+        r0 = _inc(r0, r < t0)
+        r1 = _inc(r1, r < t1)
+        r2 = _inc(r2, r < t2)
+        k_ae = max(k_ae, _key(ae))
+        k_b = max(k_b, _key(bv))
+        k_d = max(k_d, _key(dv))
+        n_bin = _inc(n_bin, bv != dv)
+    n_agreed = n_mismatch = np.int32(0)
+    if agree and not _finite(_unkey(k_ae)):
+        r0, r1, r2, n_bin, n_agreed, n_mismatch, k_ae, k_b, k_d = _legacy_agreeing(b, d, zb, zd, zae, eps, t0, t1, t2)
+    for slot, v in ((C_R0, r0), (C_R1, r1), (C_R2, r2), (C_BIN, n_bin), (C_AGREED, n_agreed),
+                    (C_MISMATCH, n_mismatch)):
+        counts[slot] += v
+    mx[M_AE] = _unkey(max(k_ae, _start(mx[M_AE], zae)))
+    mx[M_B] = _unkey(max(k_b, _start(mx[M_B], zb)))
+    mx[M_D] = _unkey(max(k_d, _start(mx[M_D], zd)))
+    return n_agreed
+
+
+@_jit
+def _legacy_agreeing(b, d, zb, zd, zae, eps, t0, t1, t2):
+    """:func:`_legacy`'s counts and keys of a chunk with non-finite differences, the agreed positions (both NaN,
+    or the same infinity) counted as equal and as zeros."""
     r0 = r1 = r2 = n_bin = n_agreed = n_mismatch = np.int32(0)
-    k_ae, k_b, k_d = _start(mx[M_AE], zae), _start(mx[M_B], zb), _start(mx[M_D], zd)
+    k_ae, k_b, k_d = _start(-1.0, zae), _start(-1.0, zb), _start(-1.0, zd)
     for i in range(b.shape[0]):
         bv, dv = _load(b, i), _load(d, i)
         ae = abs(_rnd(dv - bv, zae))
         bt = _rnd(bv, zd)
-        nonfinite = agree & ~_finite(ae)
+        nonfinite = ~_finite(ae)
         agreed = nonfinite & (((dv != dv) & (bt != bt)) | (dv == bt))
         n_agreed = _inc(n_agreed, agreed)
         n_mismatch = _inc(n_mismatch, nonfinite != agreed)          # non-finite, not agreed
@@ -166,11 +196,7 @@ def _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, counts, mx):
         k_b = max(k_b, _key(_rnd(0.0, zb) if agreed else bv))
         k_d = max(k_d, _key(_rnd(0.0, zd) if agreed else dv))
         n_bin = _inc(n_bin, (bv != dv) & ~(agreed & (dv != dv) & (bv != bv)))
-    for slot, v in ((C_R0, r0), (C_R1, r1), (C_R2, r2), (C_BIN, n_bin), (C_AGREED, n_agreed),
-                    (C_MISMATCH, n_mismatch)):
-        counts[slot] += v
-    mx[M_AE], mx[M_B], mx[M_D] = _unkey(k_ae), _unkey(k_b), _unkey(k_d)
-    return n_agreed
+    return r0, r1, r2, n_bin, n_agreed, n_mismatch, k_ae, k_b, k_d
 
 
 @_reassoc
