@@ -4,10 +4,11 @@ Usage: python benchmarks/metrics_throughput.py [--n 1e7] [--mem-n 1e8] [--skip-m
 
 - throughput: elements/s of one details row (compare_output, default standard) for a bf16 device output
   of ``--n`` elements, on one thread; also each standard's metric group and all groups together (the one
-  metric pass: numba's kernel per chunk, numpy's sums);
-- the kernel alone: ``chunk_pass`` over ``--n`` elements in the engine's chunks (no numpy sums), for a bf16
-  device output (its int16 bits) and a float32 one against a float32 bench, with and without the Error / Expected
-  column's figures (``FIGURES``): what those figures add to the pass;
+  metric pass: numba's kernel per chunk, its sums in numpy's order);
+- the kernel alone: ``chunk_pass`` over ``--n`` elements in the engine's chunks (without the engine's Python
+  around it), for a bf16 device output (its int16 bits) and a float32 one against a float32 bench: the legacy
+  group, with the cosine's dot products, with the benchmark group, each with and without the Error / Expected
+  column's figures (``FIGURES``): what each adds to the pass;
 - first call: the time of the first metric pass in a fresh interpreter, with numba's cache of the kernel
   (``cache=True``, in ``__pycache__``) present and with it removed (a cold compile);
 - memory: peak extra resident memory while comparing a ``--mem-n``-element bf16 output, measured in a
@@ -103,19 +104,20 @@ def kernel_alone(n: int) -> None:
     for slot, t in zip((K.P_T0, K.P_T1, K.P_T2), (0.01, 0.001, 0.0001)):
         par[slot] = np.float32(t)
     par[K.P_SV], par[K.P_SV_ATOL] = np.float32(2.0 ** -10), np.float32(1e-5)
+    par[K.P_RUN] = np.getbufsize()
     sq, re, ulp = (np.empty(CHUNK, np.float32) for _ in range(3))
-    b64, d64 = np.empty(CHUNK), np.empty(CHUNK)
+    out = np.zeros(K.N_OUT)
 
     def one(d: Any, flags: int) -> None:
         cnt, mx, fig = np.zeros(K.N_CNT, np.int64), np.full(K.N_MAX, -1.0), np.zeros(K.N_FIG)
         for s in range(0, n, CHUNK):
             m = min(CHUNK, n - s)
-            K.chunk_pass(b[s:s + m], d[s:s + m], flags, par, sq[:m], re[:m], b64[:m], d64[:m], ulp[:m], cnt, mx,
-                         fig)
+            K.chunk_pass(b[s:s + m], d[s:s + m], flags, par, sq[:m], re[:m], ulp[:m], cnt, mx, fig, out)
 
     print(f"the kernel alone (chunk_pass), {n:.0e} elements in chunks of {CHUNK}, float32 bench, best of 5")
     for label, d in (("bf16 device (int16 bits)", device.view(torch.int16).numpy()), ("fp32 device", f32)):
-        for groups, flags in (("legacy", K.LEGACY | K.AGREE), ("legacy + benchmark", K.LEGACY | K.AGREE | K.SMALL)):
+        for groups, flags in (("legacy", K.LEGACY | K.AGREE), ("legacy + dots", K.LEGACY | K.AGREE | K.DOTS),
+                              ("legacy + dots + benchmark", K.LEGACY | K.AGREE | K.DOTS | K.SMALL)):
             for extra, more in (("", 0), (" + figures", K.FIGURES)):
                 one(d, flags | more)
                 print(_line(f"{label}, {groups}{extra}", n, _best(lambda d=d, f=flags | more: one(d, f), 5)))
