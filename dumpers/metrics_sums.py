@@ -23,7 +23,7 @@ import numpy as np
 
 from dumpers.metrics_types import _finite, _inline, _jit, _key, _load, _rnd, _unkey
 
-T_ABS_DIFF, T_ABS, T_VALUE = 0, 1, 2
+T_ABS_DIFF, T_ABS, T_VALUE, T_ELEMENT = 0, 1, 2, 3     # T_ELEMENT: x's own elements, in x's type
 
 
 @_inline
@@ -68,6 +68,35 @@ def _leaf(x, y, lo, n, mode):
     return res
 
 
+_U1, _U2, _U3, _U4, _U5, _U6, _U7, _U8 = (np.uint64(k) for k in range(1, 9))
+
+
+@_inline
+def _leaf_elements(a, lo, n):
+    """numpy's sum of ``a[lo:lo + n]`` (1 <= n <= 128) in a's type. (Unsigned indices: numba checks no
+    negative index for them, so the eight accumulators vectorise.)"""
+    if n < 8:
+        res = a[lo]                       # -0.0 + a[lo], exactly
+        for i in range(lo + 1, lo + n):
+            res += a[i]
+        return res
+    u = np.uint64(lo)
+    r0, r1, r2, r3 = a[u], a[u + _U1], a[u + _U2], a[u + _U3]
+    r4, r5, r6, r7 = a[u + _U4], a[u + _U5], a[u + _U6], a[u + _U7]
+    stop = np.uint64(lo + n - n % 8)
+    u += _U8
+    while u < stop:
+        r0, r1, r2, r3 = r0 + a[u], r1 + a[u + _U1], r2 + a[u + _U2], r3 + a[u + _U3]
+        r4, r5, r6, r7 = r4 + a[u + _U4], r5 + a[u + _U5], r6 + a[u + _U6], r7 + a[u + _U7]
+        u += _U8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    end = np.uint64(lo + n)
+    while u < end:
+        res += a[u]
+        u += _U1
+    return res
+
+
 # numpy's pairwise recursion (a run over 128 terms: its two halves, the first rounded down to a multiple of 8,
 # added) walked with an explicit stack: numba's cache keeps no recursive function safely across processes.
 _DEPTH = 130          # the path from the root to a leaf: at most 64 halvings of a 2**63-term run
@@ -89,18 +118,20 @@ def _descend(los, ns, step, top):
 
 
 @_jit
-def _pairwise(x, y, lo, n, mode):
-    """numpy's pairwise sum of the terms ``lo .. lo + n - 1``."""
-    if n <= 128:
-        return _leaf(x, y, lo, n, mode)
+def _pairwise(x, y, lo, n, mode, sums):
+    """numpy's pairwise sum of the terms ``lo .. lo + n - 1``, made in the type of ``sums`` (a stack of at least
+    ``_DEPTH`` partial sums): float64 for the terms of |x - y|, |x| and x, x's type for its elements."""
     los, ns = np.empty(_DEPTH, np.int64), np.empty(_DEPTH, np.int64)
-    step, sums = np.zeros(_DEPTH, np.int8), np.empty(_DEPTH)
+    step = np.zeros(_DEPTH, np.int8)
     top, r = 0, 0
     los[0], ns[0] = lo, n
     while top >= 0:
         m = ns[top]
         if m <= 128:                       # a leaf: its sum goes on the result stack
-            sums[r] = _leaf(x, y, los[top], m, mode)
+            if mode == T_ELEMENT:
+                sums[r] = _leaf_elements(x, los[top], m)
+            else:
+                sums[r] = _leaf(x, y, los[top], m, mode)
             r += 1
             top -= 1
         elif step[top] < 2:                # the first half, then the second
@@ -119,10 +150,11 @@ def float64_sum(x, y, mode, run):
     n = x.shape[0]
     step = n if run <= 0 else run
     total = 0.0
+    sums = np.empty(_DEPTH)
     start = 0
     while start < n:
         m = min(step, n - start)
-        total += _pairwise(x, y, start, m, mode)
+        total += _pairwise(x, y, start, m, mode, sums)
         start += m
     return total
 
@@ -239,59 +271,6 @@ def magnitude_sums(x, run):
 
 
 # --- np.sum of a float32 or float64 array, in its type ---------------------------------------------------------
-_U1, _U2, _U3, _U4, _U5, _U6, _U7, _U8 = (np.uint64(k) for k in range(1, 9))
-
-
-@_inline
-def _leaf_elements(a, lo, n):
-    """numpy's sum of ``a[lo:lo + n]`` (1 <= n <= 128) in a's type. (Unsigned indices: numba checks no
-    negative index for them, so the eight accumulators vectorise.)"""
-    if n < 8:
-        res = a[lo]                       # -0.0 + a[lo], exactly
-        for i in range(lo + 1, lo + n):
-            res += a[i]
-        return res
-    u = np.uint64(lo)
-    r0, r1, r2, r3 = a[u], a[u + _U1], a[u + _U2], a[u + _U3]
-    r4, r5, r6, r7 = a[u + _U4], a[u + _U5], a[u + _U6], a[u + _U7]
-    stop = np.uint64(lo + n - n % 8)
-    u += _U8
-    while u < stop:
-        r0, r1, r2, r3 = r0 + a[u], r1 + a[u + _U1], r2 + a[u + _U2], r3 + a[u + _U3]
-        r4, r5, r6, r7 = r4 + a[u + _U4], r5 + a[u + _U5], r6 + a[u + _U6], r7 + a[u + _U7]
-        u += _U8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    end = np.uint64(lo + n)
-    while u < end:
-        res += a[u]
-        u += _U1
-    return res
-
-
-@_jit
-def _pairwise_elements(a, lo, n):
-    """numpy's pairwise sum of ``a[lo:lo + n]`` (n >= 1) in a's type."""
-    if n <= 128:
-        return _leaf_elements(a, lo, n)
-    los, ns = np.empty(_DEPTH, np.int64), np.empty(_DEPTH, np.int64)
-    step, sums = np.zeros(_DEPTH, np.int8), np.empty(_DEPTH, a.dtype)
-    top, r = 0, 0
-    los[0], ns[0] = lo, n
-    while top >= 0:
-        m = ns[top]
-        if m <= 128:
-            sums[r] = _leaf_elements(a, los[top], m)
-            r += 1
-            top -= 1
-        elif step[top] < 2:
-            top = _descend(los, ns, step, top)
-        else:
-            r -= 1
-            sums[r - 1] = sums[r - 1] + sums[r]
-            top -= 1
-    return sums[0]
-
-
 @_jit
 def array_sum(a, n, run, z):
     """``np.sum(a[:n])`` of a contiguous float32 or float64 array in type ``z`` (a's, or float16 for float16
@@ -299,10 +278,11 @@ def array_sum(a, n, run, z):
     ``np.getbufsize()``), sums each pairwise (float16 in float32) and adds the runs' sums in order to 0, the
     total rounded to ``z`` after each."""
     total = _rnd(0.0, z)
+    sums = np.empty(_DEPTH, a.dtype)
     start = 0
     while start < n:
         m = min(run, n - start)
-        total = _rnd(total + _pairwise_elements(a, start, m), z)
+        total = _rnd(total + _pairwise(a, a, start, m, T_ELEMENT, sums), z)
         start += m
     return total
 
