@@ -147,12 +147,12 @@ def first_call() -> None:
     saved = os.path.join(cache, "saved-kernel-cache")
     os.makedirs(saved, exist_ok=True)
     moved = []
-    for path in glob.glob(os.path.join(cache, "metrics_kernel.*.nb[ic]")):
+    for path in glob.glob(os.path.join(cache, "metrics_*.*.nb[ic]")):
         moved.append(shutil.move(path, saved))
     try:
         cold = timed()
     finally:
-        for path in glob.glob(os.path.join(cache, "metrics_kernel.*.nb[ic]")):
+        for path in glob.glob(os.path.join(cache, "metrics_*.*.nb[ic]")):
             os.remove(path)
         for path in moved:
             shutil.move(path, cache)

@@ -174,7 +174,7 @@ def _legacy(b, d, zb, zd, zae, agree, eps, t0, t1, t2, counts, mx):
     return n_agreed
 
 
-@_jit
+@_inline
 def _legacy_agreeing(b, d, zb, zd, zae, eps, t0, t1, t2):
     """:func:`_legacy`'s counts and keys of a chunk with non-finite differences, the agreed positions (both NaN,
     or the same infinity) counted as equal and as zeros."""

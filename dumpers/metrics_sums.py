@@ -23,7 +23,7 @@ import numpy as np
 
 from dumpers.metrics_types import _finite, _inline, _jit, _key, _load, _rnd, _unkey
 
-T_ABS_DIFF, T_ABS, T_VALUE, T_ELEMENT = 0, 1, 2, 3     # T_ELEMENT: x's own elements, in x's type
+T_ABS_DIFF, T_ABS, T_VALUE = 0, 1, 2
 
 
 @_inline
@@ -68,35 +68,6 @@ def _leaf(x, y, lo, n, mode):
     return res
 
 
-_U1, _U2, _U3, _U4, _U5, _U6, _U7, _U8 = (np.uint64(k) for k in range(1, 9))
-
-
-@_inline
-def _leaf_elements(a, lo, n):
-    """numpy's sum of ``a[lo:lo + n]`` (1 <= n <= 128) in a's type. (Unsigned indices: numba checks no
-    negative index for them, so the eight accumulators vectorise.)"""
-    if n < 8:
-        res = a[lo]                       # -0.0 + a[lo], exactly
-        for i in range(lo + 1, lo + n):
-            res += a[i]
-        return res
-    u = np.uint64(lo)
-    r0, r1, r2, r3 = a[u], a[u + _U1], a[u + _U2], a[u + _U3]
-    r4, r5, r6, r7 = a[u + _U4], a[u + _U5], a[u + _U6], a[u + _U7]
-    stop = np.uint64(lo + n - n % 8)
-    u += _U8
-    while u < stop:
-        r0, r1, r2, r3 = r0 + a[u], r1 + a[u + _U1], r2 + a[u + _U2], r3 + a[u + _U3]
-        r4, r5, r6, r7 = r4 + a[u + _U4], r5 + a[u + _U5], r6 + a[u + _U6], r7 + a[u + _U7]
-        u += _U8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    end = np.uint64(lo + n)
-    while u < end:
-        res += a[u]
-        u += _U1
-    return res
-
-
 # numpy's pairwise recursion (a run over 128 terms: its two halves, the first rounded down to a multiple of 8,
 # added) walked with an explicit stack: numba's cache keeps no recursive function safely across processes.
 _DEPTH = 130          # the path from the root to a leaf: at most 64 halvings of a 2**63-term run
@@ -118,20 +89,18 @@ def _descend(los, ns, step, top):
 
 
 @_jit
-def _pairwise(x, y, lo, n, mode, sums):
-    """numpy's pairwise sum of the terms ``lo .. lo + n - 1``, made in the type of ``sums`` (a stack of at least
-    ``_DEPTH`` partial sums): float64 for the terms of |x - y|, |x| and x, x's type for its elements."""
+def _pairwise(x, y, lo, n, mode):
+    """numpy's pairwise sum of the terms ``lo .. lo + n - 1``."""
+    if n <= 128:
+        return _leaf(x, y, lo, n, mode)
     los, ns = np.empty(_DEPTH, np.int64), np.empty(_DEPTH, np.int64)
-    step = np.zeros(_DEPTH, np.int8)
+    step, sums = np.zeros(_DEPTH, np.int8), np.empty(_DEPTH)
     top, r = 0, 0
     los[0], ns[0] = lo, n
     while top >= 0:
         m = ns[top]
         if m <= 128:                       # a leaf: its sum goes on the result stack
-            if mode == T_ELEMENT:
-                sums[r] = _leaf_elements(x, los[top], m)
-            else:
-                sums[r] = _leaf(x, y, los[top], m, mode)
+            sums[r] = _leaf(x, y, los[top], m, mode)
             r += 1
             top -= 1
         elif step[top] < 2:                # the first half, then the second
@@ -150,11 +119,10 @@ def float64_sum(x, y, mode, run):
     n = x.shape[0]
     step = n if run <= 0 else run
     total = 0.0
-    sums = np.empty(_DEPTH)
     start = 0
     while start < n:
         m = min(step, n - start)
-        total += _pairwise(x, y, start, m, mode, sums)
+        total += _pairwise(x, y, start, m, mode)
         start += m
     return total
 
@@ -271,6 +239,61 @@ def magnitude_sums(x, run):
 
 
 # --- np.sum of a float32 or float64 array, in its type ---------------------------------------------------------
+_U1, _U2, _U3, _U4, _U5, _U6, _U7, _U8 = (np.uint64(k) for k in range(1, 9))
+
+
+@_inline
+def _leaf_elements(a, lo, n):
+    """numpy's sum of ``a[lo:lo + n]`` (1 <= n <= 128) in a's type. (Unsigned indices: numba checks no
+    negative index for them, so the eight accumulators vectorise.)"""
+    if n < 8:
+        res = a[lo]                       # -0.0 + a[lo], exactly
+        for i in range(lo + 1, lo + n):
+            res += a[i]
+        return res
+    u = np.uint64(lo)
+    r0, r1, r2, r3 = a[u], a[u + _U1], a[u + _U2], a[u + _U3]
+    r4, r5, r6, r7 = a[u + _U4], a[u + _U5], a[u + _U6], a[u + _U7]
+    stop = np.uint64(lo + n - n % 8)
+    u += _U8
+    while u < stop:
+        r0, r1, r2, r3 = r0 + a[u], r1 + a[u + _U1], r2 + a[u + _U2], r3 + a[u + _U3]
+        r4, r5, r6, r7 = r4 + a[u + _U4], r5 + a[u + _U5], r6 + a[u + _U6], r7 + a[u + _U7]
+        u += _U8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    end = np.uint64(lo + n)
+    while u < end:
+        res += a[u]
+        u += _U1
+    return res
+
+
+@_inline
+def _pairwise_elements(a, lo, n):
+    """numpy's pairwise sum of ``a[lo:lo + n]`` (n >= 1) in a's type. (:func:`_pairwise`'s walk, for an array's
+    own elements: one walker choosing its leaf at run time compiles both leaves for every signature, which made
+    the kernel's first compile 50 s instead of 27 s.)"""
+    if n <= 128:
+        return _leaf_elements(a, lo, n)
+    los, ns = np.empty(_DEPTH, np.int64), np.empty(_DEPTH, np.int64)
+    step, sums = np.zeros(_DEPTH, np.int8), np.empty(_DEPTH, a.dtype)
+    top, r = 0, 0
+    los[0], ns[0] = lo, n
+    while top >= 0:
+        m = ns[top]
+        if m <= 128:
+            sums[r] = _leaf_elements(a, los[top], m)
+            r += 1
+            top -= 1
+        elif step[top] < 2:
+            top = _descend(los, ns, step, top)
+        else:
+            r -= 1
+            sums[r - 1] = sums[r - 1] + sums[r]
+            top -= 1
+    return sums[0]
+
+
 @_jit
 def array_sum(a, n, run, z):
     """``np.sum(a[:n])`` of a contiguous float32 or float64 array in type ``z`` (a's, or float16 for float16
@@ -278,11 +301,10 @@ def array_sum(a, n, run, z):
     ``np.getbufsize()``), sums each pairwise (float16 in float32) and adds the runs' sums in order to 0, the
     total rounded to ``z`` after each."""
     total = _rnd(0.0, z)
-    sums = np.empty(_DEPTH, a.dtype)
     start = 0
     while start < n:
         m = min(run, n - start)
-        total = _rnd(total + _pairwise(a, a, start, m, T_ELEMENT, sums), z)
+        total = _rnd(total + _pairwise_elements(a, start, m), z)
         start += m
     return total
 
@@ -342,13 +364,12 @@ def _dots(b, d, zb, zd, zae, zero_agreed, scaled, sd, sb, out):
                 q1 = (((q1 + pdd[j + 7]) + pdd[j + 5]) + pdd[j + 3]) + pdd[j + 1]
                 r0 = (((r0 + pbb[j + 6]) + pbb[j + 4]) + pbb[j + 2]) + pbb[j]
                 r1 = (((r1 + pbb[j + 7]) + pbb[j + 5]) + pbb[j + 3]) + pbb[j + 1]
-        for i in range(full, hi, 2):
-            x, y = _pair(b, d, i, zb, zd, zae, zero_agreed, scaled, sd, sb)
-            p0, q0, r0 = p0 + x * y, q0 + x * x, r0 + y * y
-            x = y = 0.0
-            if i + 1 < hi:
-                x, y = _pair(b, d, i + 1, zb, zd, zae, zero_agreed, scaled, sd, sb)
-            p1, q1, r1 = p1 + x * y, q1 + x * x, r1 + y * y
+        tail = hi - full                      # under 8: in pairs, a missing odd element's products +0.0
+        _products(b[full:hi], d[full:hi], zb, zd, zae, zero_agreed, scaled, sd, sb, pdb, pdd, pbb)
+        pdb[tail] = pdd[tail] = pbb[tail] = 0.0
+        for j in range(0, tail, 2):
+            p0, q0, r0 = p0 + pdb[j], q0 + pdd[j], r0 + pbb[j]
+            p1, q1, r1 = p1 + pdb[j + 1], q1 + pdd[j + 1], r1 + pbb[j + 1]
         t0 += p0 + p1
         t1 += q0 + q1
         t2 += r0 + r1
