@@ -21,7 +21,7 @@ from pytest_msprobe.report.columns import DETAILS_HEADER
 TENSOR = ("mlp_fp32_tensor_L1", "step0", "rank", "dump.json")
 STATS = ("mlp_fp32_statistics_L1", "step0", "rank", "dump.json")
 ACC = "mlp_fp32_tensor_L1_acc_check"
-RUFF = os.path.join(os.path.dirname(sys.executable), "ruff")
+RUFF = shutil.which("ruff") or os.path.join(os.path.dirname(sys.executable), "ruff")
 # ruff's defaults plus the common extras (imports, pyupgrade, pytest style, quotes, commas) at 88 columns
 RUFF_ARGS = ["check", "--no-cache", "--isolated", "--line-length", "88",
              "--select", "E,W,F,B,I,UP,PT,Q,COM,SIM,RUF,N,C4,PIE,RET,ARG"]
