@@ -309,11 +309,12 @@ def array_sum(a, n, run, z):
     return total
 
 
-# The dot products in np.einsum's order ("i,i->" of two contiguous float64 arrays): runs of numpy's buffer size
-# (8192 elements), each summed in two lanes (even and odd positions), eight elements a step, the step's pairs
-# added from the last to the first; a tail of under eight in pairs, a missing odd element as +0.0; then the two
-# lanes added and the run's sum added to the result. Each lane is a chain of dependent additions: the three
-# products are made a block at a time first (a vectorised loop) and their three chains then run side by side.
+# The dot products in np.einsum's order ("i,i->" of two contiguous float64 arrays): runs of 8192 elements (numpy's
+# default buffer size; einsum keeps it whatever np.setbufsize says, unlike np.sum), each summed in two lanes (even
+# and odd positions), eight elements a step, the step's pairs added from the last to the first; a tail of under
+# eight in pairs, a missing odd element as +0.0; then the two lanes added and the run's sum added to the result.
+# Each lane is a chain of dependent additions: the three products are made a block at a time first (a vectorised
+# loop) and their three chains then run side by side.
 _RUN, _BLOCK_DOTS = 8192, 512
 
 
